@@ -1,0 +1,186 @@
+"""Typed configuration for every parameter block.
+
+Kedro parameters (``conf/*/parameters_*.yml``) and, later, Flower's run_config are
+parsed into these dataclasses once, at the edge, so that core functions never see
+raw dictionaries and a misspelt key fails loudly with the parameter's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A parameter is unknown or has an invalid value; the message names it."""
+
+
+def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``allowed``, else raise naming the parameter."""
+    if value not in allowed:
+        raise ConfigError(f"parameter '{name}' is {value!r}; expected one of {list(allowed)}")
+    return value
+
+
+def from_mapping(cls: type[T], raw: Mapping[str, Any] | None, where: str) -> T:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys.
+
+    ``where`` is the dotted parameter path used in error messages
+    (for example ``train.model``).
+    """
+    raw = dict(raw or {})
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {[f'{where}.{k}' for k in unknown]}; known: {sorted(known)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid parameter block '{where}': {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """Per-organisation text cleaning (runs inside each organisation)."""
+
+    tokenizer: str = "regexp"
+    min_token_length: int = 3
+    stopwords: str = "sklearn"
+    min_df: int = 2
+    max_df: float = 0.5
+
+    def __post_init__(self) -> None:
+        choice("preprocess.tokenizer", self.tokenizer, ("regexp", "wordpunct", "toktok"))
+        choice("preprocess.stopwords", self.stopwords, ("sklearn", "gensim", "both", "none"))
+        if self.min_token_length < 1:
+            raise ConfigError("parameter 'preprocess.min_token_length' must be >= 1")
+        if self.min_df < 1:
+            raise ConfigError("parameter 'preprocess.min_df' must be >= 1")
+        if not 0.0 < self.max_df <= 1.0:
+            raise ConfigError("parameter 'preprocess.max_df' must be in (0, 1]")
+
+
+MERGE_RULES = ("union", "intersection")
+
+
+@dataclass(frozen=True)
+class ConsensusConfig:
+    """Vocabulary consensus (seed 003 sec. 3.1.4; seed 001 sec. 3.1)."""
+
+    top_n: int = 2000
+    min_count: int = 5
+    merge: str = "union"
+
+    def __post_init__(self) -> None:
+        choice("vocab_consensus.merge", self.merge, MERGE_RULES)
+        if self.top_n < 1:
+            raise ConfigError("parameter 'vocab_consensus.top_n' must be >= 1")
+        if self.min_count < 0:
+            raise ConfigError("parameter 'vocab_consensus.min_count' must be >= 0")
+
+
+@dataclass(frozen=True)
+class ProdLDAConfig:
+    """ProdLDA hyper-parameters; defaults follow the CTM reference implementation."""
+
+    n_topics: int = 20
+    hidden_sizes: tuple[int, ...] = (100, 100)
+    activation: str = "softplus"
+    dropout: float = 0.2
+    learn_priors: bool = True
+
+    def __post_init__(self) -> None:
+        choice("train.model.activation", self.activation, ("softplus", "relu"))
+        if self.n_topics < 2:
+            raise ConfigError("parameter 'train.model.n_topics' must be >= 2")
+        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
+            raise ConfigError("parameter 'train.model.hidden_sizes' must be a non-empty list of positive sizes")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("parameter 'train.model.dropout' must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """Server-side optimizer applied to the aggregated gradient (eq. 3, with Adam)."""
+
+    name: str = "adam"
+    lr: float = 2e-3
+    betas: tuple[float, float] = (0.99, 0.999)
+
+    def __post_init__(self) -> None:
+        choice("train.optimizer.name", self.name, ("adam", "sgd"))
+        if self.lr <= 0:
+            raise ConfigError("parameter 'train.optimizer.lr' must be > 0")
+
+
+SCENARIOS = ("federated", "centralized", "non_collaborative")
+MODELS = ("prodlda",)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Scenarios, stopping rule and engine settings shared by all scenarios."""
+
+    scenarios: tuple[str, ...] = SCENARIOS
+    model_name: str = "prodlda"
+    model: ProdLDAConfig = field(default_factory=ProdLDAConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    batch_size: int = 64
+    max_steps: int = 1500
+    tolerance: float = 0.0
+    seed: int = 42
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.scenarios:
+            raise ConfigError(f"parameter 'train.scenarios' is empty; choose from {list(SCENARIOS)}")
+        for scenario in self.scenarios:
+            choice("train.scenarios", scenario, SCENARIOS)
+        choice("train.model_name", self.model_name, MODELS)
+        choice("train.device", self.device, ("auto", "cpu", "cuda"))
+        if self.batch_size < 2:
+            raise ConfigError("parameter 'train.batch_size' must be >= 2 (BatchNorm needs two documents)")
+        if self.max_steps < 1:
+            raise ConfigError("parameter 'train.max_steps' must be >= 1")
+        if self.tolerance < 0:
+            raise ConfigError("parameter 'train.tolerance' must be >= 0")
+
+    @classmethod
+    def from_params(cls, raw: Mapping[str, Any]) -> TrainConfig:
+        """Parse the ``train`` parameter block, including its nested blocks."""
+        raw = dict(raw)
+        model = from_mapping(ProdLDAConfig, raw.pop("model", None), "train.model")
+        optimizer = from_mapping(OptimizerConfig, raw.pop("optimizer", None), "train.optimizer")
+        base = from_mapping(cls, raw, "train")
+        return dataclasses.replace(base, model=model, optimizer=optimizer)
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Evaluation settings (coherence, diversity, classification)."""
+
+    top_words: int = 10
+    diversity_top_words: int = 25
+    coherence_measures: tuple[str, ...] = ("c_npmi", "c_v")
+    svm_test_size: float = 0.2
+    svm_c: float = 1.0
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        for measure in self.coherence_measures:
+            choice("evaluate.coherence_measures", measure, ("c_npmi", "c_v", "u_mass", "c_uci"))
+        if not 0.0 < self.svm_test_size < 1.0:
+            raise ConfigError("parameter 'evaluate.svm_test_size' must be in (0, 1)")
+        if self.top_words < 2:
+            raise ConfigError("parameter 'evaluate.top_words' must be >= 2")

@@ -1,0 +1,68 @@
+"""Clients: each holds one organisation's private data and answers the server.
+
+A client never sends documents: only what its ``handle`` returns, an :class:`Update`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from fedtopic_pipelines.core.federated.aggregation import weighted_mean
+from fedtopic_pipelines.core.federated.batching import BatchSource
+from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
+
+
+class Client(Protocol):
+    """Anything that answers an instruction with an update (in-process or behind Flower)."""
+
+    client_id: str
+
+    def handle(self, instruction: Instruction) -> Update: ...
+
+
+def load_parameters(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy the broadcast global parameters into a client's local model."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(state[name])
+
+
+class GradientClient:
+    """FedSGD client (gFedNTM Algorithm 1, GETCLIENTGRAD).
+
+    Loads the global weights, draws one mini-batch from each of its sources, and returns
+    the gradient of the mean loss. With one source this is an organisation; with several
+    it is the centralized trainer, whose batch is the concatenation of ghost batches
+    (one per source), each normalised by its own BatchNorm statistics.
+    """
+
+    kind = UpdateKind.GRADIENTS
+
+    def __init__(self, client_id: str, model: nn.Module, sources: Sequence[BatchSource]) -> None:
+        if not sources:
+            raise ValueError(f"client '{client_id}' has no data")
+        self.client_id = client_id
+        self.model = model
+        self.sources = list(sources)
+
+    def handle(self, instruction: Instruction) -> Update:
+        load_parameters(self.model, instruction.state)
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+        parts = [self.model.loss_on_batch(s.next_batch(), s.noise) for s in self.sources]
+        n = sum(p.n for p in parts)
+        loss = sum(p.loss * (p.n / n) for p in parts)
+        loss.backward()
+        grads = {name: p.grad.detach().clone() for name, p in self.model.named_parameters()}
+        weights = [p.n for p in parts]
+        stats = weighted_mean([p.statistics for p in parts], weights)
+        metrics = {
+            "loss": float(loss.detach()),
+            "kl": float(sum(p.kl * (p.n / n) for p in parts)),
+            "reconstruction": float(sum(p.reconstruction * (p.n / n) for p in parts)),
+        }
+        return Update(self.client_id, self.kind, grads, n, statistics=stats, metrics=metrics)

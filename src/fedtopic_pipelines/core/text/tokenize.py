@@ -1,0 +1,73 @@
+"""Tokenisation and per-organisation document-frequency filtering.
+
+Everything here runs inside one organisation: its output (token lists) never leaves
+it; only :func:`term_counts` produces what is shared with the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from nltk.tokenize import RegexpTokenizer, ToktokTokenizer, wordpunct_tokenize
+
+from fedtopic_pipelines.core.config import PreprocessConfig
+
+logger = logging.getLogger(__name__)
+
+
+def stopword_set(source: str) -> frozenset[str]:
+    """Stopwords from scikit-learn and/or gensim (NLTK's list needs a download)."""
+    words: set[str] = set()
+    if source in ("sklearn", "both"):
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+        words |= set(ENGLISH_STOP_WORDS)
+    if source in ("gensim", "both"):
+        from gensim.parsing.preprocessing import STOPWORDS
+
+        words |= set(STOPWORDS)
+    return frozenset(words)
+
+
+def _tokenizer(name: str):
+    # All three work without NLTK data packages (punkt cannot be downloaded here).
+    if name == "regexp":
+        return RegexpTokenizer(r"[^\W_]+").tokenize
+    if name == "toktok":
+        return ToktokTokenizer().tokenize
+    return wordpunct_tokenize
+
+
+def tokenize_documents(texts: Iterable[str], config: PreprocessConfig) -> list[list[str]]:
+    """Lowercase, tokenise, drop stopwords, numbers and short tokens."""
+    tokenize = _tokenizer(config.tokenizer)
+    stop = stopword_set(config.stopwords) if config.stopwords != "none" else frozenset()
+    min_len = config.min_token_length
+    out: list[list[str]] = []
+    for text in texts:
+        tokens = tokenize(str(text).lower())
+        out.append([t for t in tokens if len(t) >= min_len and t.isalpha() and t not in stop])
+    return out
+
+
+def document_frequency_vocabulary(docs: Sequence[list[str]], min_df: int, max_df: float) -> tuple[set[str], int]:
+    """Terms found in at least ``min_df`` and at most ``max_df`` (a fraction) of ``docs``.
+
+    Returns the kept terms and how many distinct terms were removed.
+    """
+    df: Counter[str] = Counter()
+    for doc in docs:
+        df.update(set(doc))
+    max_docs = max_df * len(docs)
+    keep = {t for t, n in df.items() if min_df <= n <= max_docs}
+    return keep, len(df) - len(keep)
+
+
+def term_counts(docs: Iterable[Sequence[str]]) -> Counter[str]:
+    """Corpus-level term frequencies: the only text-derived object that leaves an organisation."""
+    counts: Counter[str] = Counter()
+    for doc in docs:
+        counts.update(doc)
+    return counts

@@ -1,0 +1,117 @@
+"""Vocabulary consensus: the first stage of every federated family.
+
+Each organisation proposes its top-N terms that occur more than T times (seed 003,
+sec. 3.1.4); the server merges the proposals by union or intersection and keeps, for
+every retained term, its merged frequency summed over organisations (seed 001, sec. 3.1).
+Each organisation then vectorises its own documents against the common vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from fedtopic_pipelines.core.config import ConsensusConfig
+
+logger = logging.getLogger(__name__)
+
+
+class EmptyVocabularyError(ValueError):
+    """The merged vocabulary is empty; the message names the parameters to relax."""
+
+
+def propose_terms(counts: Mapping[str, int], top_n: int, min_count: int) -> dict[str, int]:
+    """An organisation's proposal: its ``top_n`` most frequent terms with count > ``min_count``.
+
+    Ties are broken alphabetically so the proposal is deterministic.
+    """
+    eligible = [(term, int(n)) for term, n in counts.items() if n > min_count]
+    eligible.sort(key=lambda item: (-item[1], item[0]))
+    return dict(eligible[:top_n])
+
+
+def merge_vocabularies(proposals: Mapping[str, Mapping[str, int]], merge: str) -> pd.DataFrame:
+    """Merge organisations' proposals into the common vocabulary.
+
+    Returns a table with columns ``term``, ``frequency`` (summed over the organisations
+    that proposed it) and ``n_organisations``, sorted by frequency then term; the row
+    order is the column order of every bag-of-words matrix.
+    """
+    if not proposals:
+        raise EmptyVocabularyError("no organisation proposed a vocabulary")
+    term_sets = [set(p) for p in proposals.values()]
+    if merge == "union":
+        terms = set().union(*term_sets)
+    elif merge == "intersection":
+        terms = set.intersection(*term_sets)
+    else:
+        raise ValueError(f"parameter 'vocab_consensus.merge' is {merge!r}; expected 'union' or 'intersection'")
+    if not terms:
+        sizes = {org: len(p) for org, p in proposals.items()}
+        raise EmptyVocabularyError(
+            f"the {merge} of the organisations' vocabularies is empty (proposal sizes {sizes}); "
+            "raise 'vocab_consensus.top_n', lower 'vocab_consensus.min_count' or use merge 'union'"
+        )
+    rows = []
+    for term in terms:
+        freqs = [p[term] for p in proposals.values() if term in p]
+        rows.append((term, int(sum(freqs)), len(freqs)))
+    table = pd.DataFrame(rows, columns=["term", "frequency", "n_organisations"])
+    return table.sort_values(["frequency", "term"], ascending=[False, True], ignore_index=True)
+
+
+def build_vocabulary(counts_by_org: Mapping[str, Mapping[str, int]], config: ConsensusConfig) -> pd.DataFrame:
+    """Proposals from every organisation, then the server-side merge."""
+    proposals = {}
+    for org, counts in counts_by_org.items():
+        proposals[org] = propose_terms(counts, config.top_n, config.min_count)
+        logger.info("organisation %s proposes %d terms", org, len(proposals[org]))
+    vocab = merge_vocabularies(proposals, config.merge)
+    logger.info("common vocabulary (%s): %d terms", config.merge, len(vocab))
+    return vocab
+
+
+@dataclass
+class BowCorpus:
+    """One organisation's documents as a sparse document-term matrix over the common vocabulary."""
+
+    matrix: sp.csr_matrix
+    doc_ids: np.ndarray
+    labels: np.ndarray
+    split: np.ndarray
+
+    def subset(self, split: str) -> BowCorpus:
+        """Rows of one split (``train`` or ``test``)."""
+        mask = self.split == split
+        return BowCorpus(self.matrix[mask], self.doc_ids[mask], self.labels[mask], self.split[mask])
+
+    def __len__(self) -> int:
+        return self.matrix.shape[0]
+
+
+def vectorize(
+    docs: Sequence[Sequence[str]],
+    vocabulary: Sequence[str],
+    doc_ids: Sequence[str],
+    labels: Sequence[str],
+    split: Sequence[str],
+) -> BowCorpus:
+    """Count each document's tokens that are in the common vocabulary (others are dropped)."""
+    index = {term: i for i, term in enumerate(vocabulary)}
+    indptr = [0]
+    indices: list[int] = []
+    for doc in docs:
+        ids = [index[t] for t in doc if t in index]
+        indices.extend(ids)
+        indptr.append(len(indices))
+    data = np.ones(len(indices), dtype=np.float32)
+    matrix = sp.csr_matrix(
+        (data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)), shape=(len(indptr) - 1, len(vocabulary))
+    )
+    matrix.sum_duplicates()
+    return BowCorpus(matrix, np.asarray(doc_ids), np.asarray(labels), np.asarray(split))

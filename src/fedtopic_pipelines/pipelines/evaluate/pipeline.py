@@ -1,0 +1,46 @@
+"""Wiring of ``evaluate``."""
+
+from kedro.pipeline import Node, Pipeline
+
+from fedtopic_pipelines.pipelines.evaluate.nodes import evaluate_organisation, summarise
+from fedtopic_pipelines.pipelines.naming import shared
+
+
+def create_pipeline(organisations: list[str]) -> Pipeline:
+    template = Pipeline(
+        [
+            Node(
+                evaluate_organisation,
+                inputs=["trained_models", "common_vocabulary", "tokens", "bow", "params:evaluate"],
+                outputs="evaluation",
+                name="evaluate_organisation",
+            )
+        ]
+    )
+    clients = [
+        Pipeline(
+            template,
+            namespace=f"clients.{org}",
+            parameters={"evaluate"},
+            inputs={"trained_models", "common_vocabulary"},
+            outputs={"evaluation": shared("evaluation", org)},
+        )
+        for org in organisations
+    ]
+    server = Pipeline(
+        [
+            Node(
+                summarise,
+                inputs={
+                    "models": "trained_models",
+                    "vocabulary": "common_vocabulary",
+                    "organisations": "params:organisations",
+                    "params": "params:evaluate",
+                    **{org: shared("evaluation", org) for org in organisations},
+                },
+                outputs=["metrics", "topics", "scenario_comparison", "evaluation_metrics_mlflow"],
+                name="summarise_evaluation",
+            )
+        ]
+    )
+    return sum(clients, server)

