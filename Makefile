@@ -13,7 +13,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: install run test lint bench clean-data
+.PHONY: install run test lint bench repro clean-data
 
 install: $(STAMP) $(DEMO_WHEEL) .dvc/analytics-off
 
@@ -42,6 +42,9 @@ test: install
 
 lint: install
 	$(BIN)/ruff check src tests bench
+
+repro: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
 bench: install
 	$(BIN)/python bench/bench_training.py

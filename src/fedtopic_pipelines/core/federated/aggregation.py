@@ -31,7 +31,9 @@ def _check_tensors(
             raise UpdateRejected(
                 client_id, f"{what} '{name}' has shape {tuple(tensor.shape)}, expected {tuple(expected[name])}"
             )
-        if not bool(torch.isfinite(tensor).all()):
+        # One reduction instead of a boolean tensor per check: a NaN or Inf anywhere makes
+        # the sum non-finite; only then (or on overflow) is the elementwise test needed.
+        if not math.isfinite(float(tensor.sum())) and not bool(torch.isfinite(tensor).all()):
             raise UpdateRejected(client_id, f"{what} '{name}' contains NaN or Inf")
 
 
@@ -67,6 +69,6 @@ def weighted_mean(
     for name in tensors[0]:
         acc = tensors[0][name] * (weights[0] / total)
         for t, w in zip(tensors[1:], weights[1:], strict=True):
-            acc = acc + t[name] * (w / total)
+            acc.add_(t[name], alpha=w / total)
         out[name] = acc
     return out

@@ -38,7 +38,8 @@ class BatchSource:
         order = torch.randperm(n, generator=self._sampler).numpy()
         chunks = [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
         if len(chunks) > 1 and len(chunks[-1]) < 2:
-            chunks[-2] = np.concatenate([chunks[-2], chunks.pop()])
+            last = chunks.pop()
+            chunks[-1] = np.concatenate([chunks[-1], last])
         self._queue = chunks[::-1]
         self.epoch += 1
 

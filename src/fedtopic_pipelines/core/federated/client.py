@@ -57,7 +57,8 @@ class GradientClient:
         n = sum(p.n for p in parts)
         loss = sum(p.loss * (p.n / n) for p in parts)
         loss.backward()
-        grads = {name: p.grad.detach().clone() for name, p in self.model.named_parameters()}
+        # Fresh tensors every round (zero_grad(set_to_none=True) above), so no copy is needed.
+        grads = {name: p.grad.detach() for name, p in self.model.named_parameters()}
         weights = [p.n for p in parts]
         stats = weighted_mean([p.statistics for p in parts], weights)
         metrics = {

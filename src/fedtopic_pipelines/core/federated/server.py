@@ -51,7 +51,7 @@ class RoundRecord:
 
 
 def _norm(tensors: dict[str, torch.Tensor]) -> float:
-    return math.sqrt(sum(float(t.double().pow(2).sum()) for t in tensors.values()))
+    return math.sqrt(sum(float(torch.linalg.vector_norm(t)) ** 2 for t in tensors.values()))
 
 
 class FederatedServer:

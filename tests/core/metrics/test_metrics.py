@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig
+from fedtopic_pipelines.core.federated.batching import BatchSource
+from fedtopic_pipelines.core.federated.client import GradientClient
+from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
+from fedtopic_pipelines.core.federated.strategies import FedSGD
+from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
+from fedtopic_pipelines.core.metrics.coherence import coherence_by_model
+from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity, split_tokens
+from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
+from fedtopic_pipelines.core.models.prodlda import ProdLDA
+
+TEXTS = [
+    ["apple", "banana", "fruit"],
+    ["apple", "fruit", "juice"],
+    ["car", "engine", "wheel"],
+    ["car", "wheel", "road"],
+] * 5
+
+
+def test_top_words_and_diversity() -> None:
+    topics = top_words(np.array([[0.1, 0.7, 0.2], [0.5, 0.4, 0.1]]), ["a", "b", "c"], 2)
+    assert topics == [["b", "c"], ["a", "b"]]
+    assert topic_diversity(topics) == 0.75
+
+
+def test_coherent_topics_score_higher_and_unseen_words_lower_coverage() -> None:
+    ranked = {
+        "good": [["apple", "fruit", "banana", "zzz"], ["car", "wheel", "engine", "qqq"]],
+        "bad": [["apple", "car", "unseen", "road"], ["fruit", "road", "engine", "x"]],
+    }
+    for measure in ("c_npmi", "c_v"):
+        result = coherence_by_model(ranked, TEXTS, measure, topn=3)
+        assert result["good"].mean > result["bad"].mean
+        assert result["good"].coverage == 1.0 and result["bad"].coverage == pytest.approx(5 / 6)
+        assert np.isfinite(result["bad"].mean)
+
+
+def test_a_topic_with_too_few_seen_words_is_counted_not_averaged() -> None:
+    result = coherence_by_model({"m": [["apple", "fruit", "banana"], ["nope", "none", "car"]]}, TEXTS, "c_npmi", 3)
+    assert result["m"].undefined_topics == 1
+
+
+def test_svm_macro_f1_protocol() -> None:
+    rng = np.random.default_rng(0)
+    labels = np.array(["a", "b"] * 50)
+    features = np.where(labels[:, None] == "a", 1.0, -1.0) + rng.normal(0, 0.1, (100, 2))
+    assert svm_macro_f1(features, labels, 0.2, 1.0, seed=0) == 1.0
+    assert svm_macro_f1(features, np.array(["a"] * 100), 0.2, 1.0, seed=0) is None
+
+
+def test_training_lowers_held_out_perplexity() -> None:
+    rng = np.random.default_rng(0)
+    topics = rng.dirichlet(np.full(60, 0.05), size=3)
+    docs = np.stack([rng.multinomial(80, topics[rng.integers(3)]) for _ in range(300)]).astype(np.float32)
+    train, test = sp.csr_matrix(docs[:240]), sp.csr_matrix(docs[240:])
+    model = ProdLDA.create(60, ProdLDAConfig(n_topics=3, hidden_sizes=(32,)), 0)
+    before = completion_perplexity(model, test)
+    client = GradientClient("o", ProdLDA.create(60, model.config, 0), [BatchSource(train, 32, 0, torch.device("cpu"))])
+    FederatedServer(FedSGD(model, OptimizerConfig(lr=0.01)), StoppingRule(300)).run(
+        InProcessEngine([client]), progress=False
+    )
+    after = completion_perplexity(model, test)
+    assert after < 0.8 * before
+    assert after < 60  # better than a uniform distribution over the 60 words
+
+
+def test_completion_split_conserves_tokens_and_is_seeded() -> None:
+    bow = sp.csr_matrix(np.array([[3, 0, 5], [1, 1, 0]], dtype=np.float32))
+    observed, held_out = split_tokens(bow, seed=1)
+    np.testing.assert_array_equal((observed + held_out).toarray(), bow.toarray())
+    np.testing.assert_array_equal(split_tokens(bow, seed=1)[0].toarray(), observed.toarray())

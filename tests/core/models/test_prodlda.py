@@ -1,0 +1,70 @@
+import torch
+from torch.distributions import Normal, kl_divergence
+
+from fedtopic_pipelines.core.config import ProdLDAConfig
+from fedtopic_pipelines.core.models.prodlda import ProdLDA
+
+V, K = 40, 4
+
+
+def _model() -> ProdLDA:
+    return ProdLDA.create(V, ProdLDAConfig(n_topics=K, hidden_sizes=(16, 16)), seed=3)
+
+
+def _bow(n: int = 8) -> torch.Tensor:
+    return torch.poisson(torch.full((n, V), 0.5), generator=torch.Generator().manual_seed(0))
+
+
+def test_kl_matches_torch_distributions() -> None:
+    model = _model()
+    mu, log_var = torch.randn(5, K), torch.randn(5, K)
+    expected = kl_divergence(
+        Normal(mu, (0.5 * log_var).exp()), Normal(model.prior_mean, model.prior_variance.sqrt())
+    ).sum(1)
+    torch.testing.assert_close(model._kl(mu, log_var), expected)
+
+
+def test_loss_is_mean_of_kl_plus_reconstruction() -> None:
+    model = _model().train()
+    out = model.loss_on_batch(_bow(), torch.Generator().manual_seed(1))
+    torch.testing.assert_close(out.loss.detach(), out.kl + out.reconstruction)
+    assert out.kl > 0 and out.reconstruction > 0 and out.n == 8
+
+
+def test_noise_comes_only_from_the_generator() -> None:
+    model = _model().train()
+    a = model.loss_on_batch(_bow(), torch.Generator().manual_seed(1)).loss
+    b = model.loss_on_batch(_bow(), torch.Generator().manual_seed(1)).loss
+    c = model.loss_on_batch(_bow(), torch.Generator().manual_seed(2)).loss
+    assert a == b and a != c
+
+
+def test_same_seed_same_initial_weights() -> None:
+    a, b = _model().state_dict(), _model().state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_batch_statistics_are_returned_not_applied() -> None:
+    model = _model().train()
+    before = model.mu_bn.running_mean.clone()
+    stats = model.loss_on_batch(_bow(), torch.Generator().manual_seed(1)).statistics
+    assert torch.equal(model.mu_bn.running_mean, before)
+    assert set(stats) == set(model.statistics_shapes())
+    model.apply_statistics(stats)
+    torch.testing.assert_close(model.mu_bn.running_mean, 0.9 * before + 0.1 * stats["mu_bn.mean"])
+
+
+def test_prior_mean_gradient_carries_no_data() -> None:
+    """Why the prior mean is fixed: under affine-free BN its gradient is prior_mean / prior_var."""
+    model = _model().train()
+    model.prior_mean = torch.full((K,), 0.3, requires_grad=True)
+    model.loss_on_batch(_bow(), torch.Generator().manual_seed(1)).loss.backward()
+    torch.testing.assert_close(model.prior_mean.grad, 0.3 / model.prior_variance.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_inference_is_deterministic_and_normalised() -> None:
+    model = _model()
+    theta = model.doc_topic(_bow())
+    torch.testing.assert_close(theta.sum(1), torch.ones(8))
+    assert torch.equal(theta, model.doc_topic(_bow()))
+    torch.testing.assert_close(model.topic_word().sum(1), torch.ones(K))

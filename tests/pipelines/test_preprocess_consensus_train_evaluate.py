@@ -1,0 +1,83 @@
+"""Sliced runs of preprocess -> vocab_consensus -> train -> evaluate on a tiny corpus."""
+
+import math
+
+import pytest
+
+from fedtopic_pipelines.core.text.demo import CorpusError
+from fedtopic_pipelines.core.vocab.consensus import EmptyVocabularyError
+from fedtopic_pipelines.pipelines import evaluate, preprocess, train, vocab_consensus
+from tests.pipelines.conftest import run_slice
+
+ORGS = ["alpha", "beta", "gamma"]
+PRE = {"min_df": 2, "max_df": 0.9}
+VOCAB = {"top_n": 50, "min_count": 1, "merge": "union"}
+TRAIN = {"model": {"n_topics": 3, "hidden_sizes": [16]}, "batch_size": 8, "max_steps": 12, "mlflow_every": 5}
+EVAL = {"coherence_measures": ["c_npmi"], "top_words": 5, "diversity_top_words": 5}
+
+
+def _raw(tables):
+    return {f"clients.{o}.raw_documents": t for o, t in tables.items()}
+
+
+def test_preprocess_keeps_tokens_inside_and_sends_counts(tiny_raw_tables) -> None:
+    out = run_slice(preprocess.create_pipeline(ORGS), {**_raw(tiny_raw_tables), "params:preprocess": PRE})
+    tokens = out["clients.alpha.tokens"]
+    assert "the" not in " ".join(tokens["tokens"]).split()  # stopword
+    assert "1234" not in " ".join(tokens["tokens"]).split()  # number
+    assert set(out["term_counts__alpha"]) <= set(" ".join(tokens["tokens"]).split())
+    assert out["preprocess_report__alpha"]["documents_in"] == 40
+
+
+def test_empty_organisation_after_cleaning_is_named(tiny_raw_tables) -> None:
+    tables = dict(tiny_raw_tables)
+    tables["beta"] = tables["beta"].assign(text="the and of 42")
+    with pytest.raises(CorpusError, match="organisation 'beta'"):
+        run_slice(preprocess.create_pipeline(ORGS), {**_raw(tables), "params:preprocess": PRE})
+
+
+def test_intersection_of_disjoint_vocabularies_is_an_error(tiny_raw_tables) -> None:
+    counts = run_slice(preprocess.create_pipeline(ORGS), {**_raw(tiny_raw_tables), "params:preprocess": PRE})
+    inputs = {k: v for k, v in counts.items() if k.startswith(("term_counts__", "clients."))}
+    with pytest.raises(EmptyVocabularyError, match="intersection"):
+        run_slice(
+            vocab_consensus.create_pipeline(ORGS),
+            {**inputs, "params:vocab_consensus": {**VOCAB, "merge": "intersection"}},
+        )
+
+
+def test_full_chain_in_memory(tiny_raw_tables) -> None:
+    data = {
+        **_raw(tiny_raw_tables),
+        "params:preprocess": PRE,
+        "params:vocab_consensus": VOCAB,
+        "params:train": TRAIN,
+        "params:organisations": ORGS,
+        "params:evaluate": EVAL,
+    }
+    pipe = (
+        preprocess.create_pipeline(ORGS)
+        + vocab_consensus.create_pipeline(ORGS)
+        + train.create_pipeline(ORGS)
+        + evaluate.create_pipeline(ORGS)
+    )
+    out = run_slice(pipe, data)
+    vocab = out["common_vocabulary"]
+    assert len(vocab) == 30  # three disjoint 10-word vocabularies, union
+    assert out["clients.alpha.bow"].matrix.shape[1] == 30
+    models = out["trained_models"]
+    assert set(models) == {"federated", "centralized", "local__alpha", "local__beta", "local__gamma"}
+    assert all(len(m.history) == 12 for m in models.values())
+    history = out["training_history"]
+    assert set(history["federated"]["client_loss"]) == set(ORGS)
+    assert len(out["training_metrics_mlflow"]["train.federated.loss"]) == 4  # rounds 0, 5, 10 and the last
+    metrics = out["metrics"]
+    assert set(metrics["scenarios"]) == {"federated", "centralized", "non_collaborative", "non_collaborative_on_others"}
+    fed = metrics["models"]["federated"]["organisations"]["alpha"]
+    assert math.isfinite(fed["perplexity"]) and 0 <= fed["macro_f1"] <= 1
+    # a local model covers its own organisation's words, not the others'
+    local = metrics["models"]["local__alpha"]["organisations"]
+    assert local["alpha"]["topic_coverage"] > local["beta"]["topic_coverage"]
+    assert len(out["topics"]["federated"]) == 3
+    assert out["scenario_comparison"].axes
+    assert any(k.startswith("eval.federated.alpha.") for k in out["evaluation_metrics_mlflow"])

@@ -1,0 +1,169 @@
+"""Real processes on a temporary copy of the project: kedro run, MLflow store, dvc repro."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import DEMO_WHEEL, PROJECT, WORDS
+
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "KEDRO_ENV"}
+    env.update(KEDRO_DISABLE_TELEMETRY="1", MPLBACKEND="Agg", PATH=f"{BIN}:{env.get('PATH', '')}", **extra)
+    return env
+
+
+def _copy_project(dest: Path) -> Path:
+    """The working tree (tracked and new files, not ignored ones) plus the demo wheel."""
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=PROJECT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    for name in filter(None, files):
+        if (PROJECT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT / name, dest / name)
+    assert DEMO_WHEEL.is_file(), f"{DEMO_WHEEL} is missing: run 'make install'"
+    (dest / ".cache" / "demo").mkdir(parents=True)
+    (dest / ".cache" / "demo" / DEMO_WHEEL.name).symlink_to(DEMO_WHEEL)
+    return dest
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    project = _copy_project(tmp_path_factory.mktemp("smoke"))
+    _run([str(BIN / "kedro"), "run", "--env=smoke"], project)
+    return project
+
+
+def test_smoke_run_writes_metrics_and_figure(smoke_run: Path) -> None:
+    metrics = json.loads((smoke_run / "data/08_reporting/metrics.json").read_text())
+    assert set(metrics["scenarios"]) >= {"federated", "centralized", "non_collaborative"}
+    for org in ("computers", "recreation", "science", "politics_religion", "misc_forsale"):
+        assert metrics["models"]["federated"]["organisations"][org]["perplexity"] > 1
+    assert metrics["models"]["federated"]["organisations"]["misc_forsale"]["macro_f1"] is None  # one newsgroup
+    assert (smoke_run / "data/08_reporting/scenario_comparison.png").stat().st_size > 10_000
+    report = json.loads((smoke_run / "data/08_reporting/ingestion.json").read_text())
+    assert report["kept"]["computers"] == {"train": 150, "test": 60}
+
+
+def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smoke_run: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{smoke_run / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("fedtopic_pipelines")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.params["train.model.n_topics"] == "5"
+    assert run.data.params["vocab_consensus.merge"] == "union"
+    assert "eval.scenario.federated.c_npmi" in run.data.metrics
+    history = client.get_metric_history(run.info.run_id, "train.federated.loss")
+    assert [m.step for m in history] == [0, 5, 10, 15, 20, 25, 29]
+    assert len(client.get_metric_history(run.info.run_id, "train.federated.client.science.loss")) == 7
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"scenario_comparison.png", "topics.json", "metrics.json", "training_history.json"} <= artifacts
+
+
+def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    rng = np.random.default_rng(0)
+    rows = [
+        {"content": " ".join(rng.choice(words.split(), 25)), "site": site, "topic": topic}
+        for site, (topic, words) in zip(("north", "south", "east"), WORDS.items(), strict=True)
+        for _ in range(60)
+    ]
+    (project / "data/01_raw/table").mkdir(parents=True)
+    pd.DataFrame(rows).to_json(project / "data/01_raw/table/sites.jsonl", orient="records", lines=True)
+    env_dir = project / "conf" / "mycorpus"
+    env_dir.mkdir()
+    (env_dir / "parameters.yml").write_text(
+        "corpus: table\norganisations: [north, south, east]\n"
+        "ingest_table: {text_column: content, organisation_column: site, label_column: topic}\n"
+        "preprocess: {min_df: 2, max_df: 0.95}\nvocab_consensus: {top_n: 100, min_count: 1}\n"
+        "train: {model: {n_topics: 3, hidden_sizes: [16]}, batch_size: 16, max_steps: 10}\n"
+        "evaluate: {coherence_measures: [c_npmi]}\n"
+    )
+    (env_dir / "catalog.yml").write_text(
+        "document_table:\n  type: fedtopic_pipelines.datasets.DocumentTableDataset\n"
+        "  filepath: data/01_raw/table/sites.jsonl\n"
+    )
+    _run([str(BIN / "kedro"), "run", "--env=mycorpus"], project)
+    metrics = json.loads((project / "data/08_reporting/metrics.json").read_text())
+    assert set(metrics["models"]["federated"]["organisations"]) == {"north", "south", "east"}
+    # a missing text column stops with the file and parameter named
+    (env_dir / "parameters.yml").write_text((env_dir / "parameters.yml").read_text().replace("content", "body"))
+    failed = subprocess.run(
+        [str(BIN / "kedro"), "run", "--env=mycorpus", "--pipeline=ingest"],
+        cwd=project,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert failed.returncode != 0
+    assert "sites.jsonl' has no column 'body'" in failed.stdout + failed.stderr
+
+
+def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    (project / "conf/smoke/parameters.yml").write_text(
+        (project / "conf/smoke/parameters.yml").read_text().replace("train:\n", "train:\n  scenarios: [fedrated]\n")
+    )
+    result = subprocess.run(
+        [str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train"],
+        cwd=project,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "parameter 'train.scenarios' is 'fedrated'" in result.stdout + result.stderr
+
+
+def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    _run(["git", "init", "-q"], project)
+    dvc = str(BIN / "dvc")
+    first = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
+    for stage in ("ingest", "preprocess", "vocab_consensus", "train", "evaluate"):
+        assert f"Running stage '{stage}'" in first.stdout
+    assert (project / "data/08_reporting/metrics.json").is_file()
+    second = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
+    assert "Running stage" not in second.stdout
+    params = project / "conf/base/parameters_train.yml"
+    params.write_text(params.read_text().replace("lr: 0.002", "lr: 0.003"))
+    third = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
+    ran = {
+        s
+        for s in ("ingest", "preprocess", "vocab_consensus", "train", "evaluate")
+        if f"Running stage '{s}'" in third.stdout
+    }
+    assert ran == {"train", "evaluate"}
+    shown = _run([dvc, "metrics", "show", "--json"], project)
+    assert "scenarios" in shown.stdout
