@@ -32,8 +32,10 @@ def tiny_raw_tables() -> dict[str, pd.DataFrame]:
         vocab = words.split()
         rows = []
         for i in range(40):
-            text = " ".join(rng.choice(vocab, size=30)) + " the and of 1234"
-            rows.append((f"{org}:{i}", org, text, topic if i % 2 else f"{topic}_b", "test" if i % 4 == 0 else "train"))
+            text = " ".join(rng.choice(vocab, size=8)) + " the and of 1234"
+            rows.append(
+                (f"{org}:{i}", org, text, topic if i % 8 < 4 else f"{topic}_b", "test" if i % 4 == 0 else "train")
+            )
         tables[org] = pd.DataFrame(rows, columns=["doc_id", "organisation", "text", "label", "split"])
     return tables
 

@@ -4,6 +4,9 @@ import warnings
 
 from kedro.config import OmegaConfigLoader
 
+from fedtopic_pipelines.hooks import ValidateParametersHook
+
+HOOKS = (ValidateParametersHook(),)
 CONF_SOURCE = "conf"
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

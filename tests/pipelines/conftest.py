@@ -9,9 +9,18 @@ from kedro.pipeline import Pipeline
 from kedro.runner import SequentialRunner
 
 
+class KeptMemoryDataset(MemoryDataset):
+    """A MemoryDataset the runner cannot release, so tests can read intermediate outputs."""
+
+    def _release(self) -> None:
+        pass
+
+
 def run_slice(pipeline: Pipeline, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Run ``pipeline`` on in-memory inputs; return every output's data."""
-    catalog = DataCatalog({name: MemoryDataset(value) for name, value in inputs.items()})
+    """Run ``pipeline`` on in-memory inputs; return the data of every dataset it wrote."""
+    written = {d for n in pipeline.nodes for d in n.outputs}
+    datasets = {name: KeptMemoryDataset(value) for name, value in inputs.items()}
+    datasets.update({name: KeptMemoryDataset() for name in written})
+    catalog = DataCatalog(datasets)
     SequentialRunner().run(pipeline, catalog)
-    names = pipeline.outputs() | {d for n in pipeline.nodes for d in n.outputs}
-    return {name: catalog[name].load() for name in names if name in catalog}
+    return {name: catalog[name].load() for name in written}

@@ -130,7 +130,7 @@ def summarise(
         "vocabulary_size": len(vocabulary),
     }
     mlflow_metrics = {
-        f"eval.{name}.{org}.{m}": {"value": float(v), "step": 0}
+        f"{name}.{org}.{m}": {"value": float(v), "step": 0}
         for name, entry in per_model.items()
         for org, vals in entry["organisations"].items()
         for m, v in vals.items()
@@ -138,7 +138,7 @@ def summarise(
     }
     mlflow_metrics.update(
         {
-            f"eval.scenario.{s}.{m}": {"value": float(v), "step": 0}
+            f"scenario.{s}.{m}": {"value": float(v), "step": 0}
             for s, vals in scenarios.items()
             for m, v in vals.items()
             if v is not None and not math.isnan(v)
