@@ -53,6 +53,13 @@ def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return result
 
 
+def _run_failing(args: list[str], cwd: Path) -> str:
+    """Run a command that must fail; return what it printed."""
+    result = subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0, result.stdout[-2000:]
+    return result.stdout + result.stderr
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     project = _copy_project(tmp_path_factory.mktemp("smoke"))
@@ -117,16 +124,8 @@ def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
     assert set(metrics["models"]["federated"]["organisations"]) == {"north", "south", "east"}
     # a missing text column stops with the file and parameter named
     (env_dir / "parameters.yml").write_text((env_dir / "parameters.yml").read_text().replace("content", "body"))
-    failed = subprocess.run(
-        [str(BIN / "kedro"), "run", "--env=mycorpus", "--pipeline=ingest"],
-        cwd=project,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert failed.returncode != 0
-    assert "sites.jsonl' has no column 'body'" in failed.stdout + failed.stderr
+    output = _run_failing([str(BIN / "kedro"), "run", "--env=mycorpus", "--pipeline=ingest"], project)
+    assert "sites.jsonl' has no column 'body'" in output
 
 
 def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> None:
@@ -134,16 +133,8 @@ def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> 
     (project / "conf/smoke/parameters.yml").write_text(
         (project / "conf/smoke/parameters.yml").read_text().replace("train:\n", "train:\n  scenarios: [fedrated]\n")
     )
-    result = subprocess.run(
-        [str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train"],
-        cwd=project,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode != 0
-    assert "parameter 'train.scenarios' is 'fedrated'" in result.stdout + result.stderr
+    output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train"], project)
+    assert "parameter 'train.scenarios' is 'fedrated'" in output
 
 
 def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def evaluate_organisation(
     scores: dict[str, dict[str, float | None]] = {name: {} for name in models}
     for measure in tqdm(config.coherence_measures, desc=f"coherence {org}", leave=False):
         for name, result in coherence_by_model(ranked, texts, measure, config.top_words).items():
-            scores[name][measure] = result.mean
+            scores[name][measure] = result.mean if math.isfinite(result.mean) else None  # JSON has no NaN
             scores[name][f"{measure}_undefined_topics"] = result.undefined_topics
             scores[name]["topic_coverage"] = result.coverage
     test = bow.subset("test")

@@ -1,0 +1,47 @@
+import pytest
+import torch
+
+from fedtopic_pipelines.core.config import ConfigError, ProdLDAConfig, TrainConfig
+from fedtopic_pipelines.core.training import resolve_device, train_scenarios
+from tests.conftest import poisson_matrices
+
+CONFIG = TrainConfig(model=ProdLDAConfig(n_topics=3, hidden_sizes=(8,)), batch_size=8, max_steps=15, device="cpu")
+
+
+def _matrices(sizes=(30, 21, 45)):
+    return dict(zip(("a", "b", "c"), poisson_matrices(sizes, 40), strict=True))
+
+
+def test_fixed_seed_gives_identical_models() -> None:
+    first, second = (
+        train_scenarios(_matrices(), CONFIG, progress=False),
+        train_scenarios(_matrices(), CONFIG, progress=False),
+    )
+    assert set(first) == {"federated", "centralized", "local__a", "local__b", "local__c"}
+    for name in first:
+        assert all(torch.equal(first[name].state[k], second[name].state[k]) for k in first[name].state)
+
+
+def test_same_number_of_steps_and_examples_seen() -> None:
+    # sizes that are multiples of the batch: no partial batch at an epoch's end on either side
+    models = train_scenarios(_matrices((32, 24, 48)), CONFIG, progress=False)
+    seen = {name: sum(r.num_examples for r in m.history) for name, m in models.items()}
+    assert seen["local__a"] + seen["local__b"] + seen["local__c"] == seen["federated"]
+    assert seen["centralized"] == seen["federated"] == 15 * 3 * 8
+    assert all(len(m.history) == 15 for m in models.values())
+
+
+def test_only_requested_scenarios_run() -> None:
+    models = train_scenarios(
+        _matrices(), TrainConfig(**{**CONFIG.__dict__, "scenarios": ("federated",)}), progress=False
+    )
+    assert list(models) == ["federated"]
+
+
+def test_cuda_requested_without_a_gpu_is_named() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(ValueError, match="train.device"):
+        resolve_device("cuda")
+    with pytest.raises(ConfigError, match="train.device"):
+        TrainConfig(device="tpu")
