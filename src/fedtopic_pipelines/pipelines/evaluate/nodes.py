@@ -149,7 +149,8 @@ def summarise(
 
 def comparison_figure(per_model: dict[str, Any], organisations: list[str]) -> plt.Figure:
     """Per organisation and metric: federated vs centralized vs its own model vs the others' models."""
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(4.2 * len(METRICS), 4.2), squeeze=False)
+    fig, grid = plt.subplots(2, 3, figsize=(14, 8))
+    axes = grid.ravel()
     series = {
         "federated": lambda o, m: per_model.get("federated", {}).get("organisations", {}).get(o, {}).get(m),
         "centralized": lambda o, m: per_model.get("centralized", {}).get("organisations", {}).get(o, {}).get(m),
@@ -164,16 +165,23 @@ def comparison_figure(per_model: dict[str, Any], organisations: list[str]) -> pl
     }
     x = np.arange(len(organisations))
     width = 0.8 / len(series)
-    for ax, metric in zip(axes[0], METRICS, strict=True):
+    for ax, metric in zip(axes, METRICS, strict=False):
         for i, (label, get) in enumerate(series.items()):
             values = [get(o, metric) for o in organisations]
             heights = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
             ax.bar(x + i * width, heights, width, label=label)
         ax.set_xticks(x + width * (len(series) - 1) / 2, organisations, rotation=30, ha="right", fontsize=8)
         ax.set_title(metric + (" (lower is better)" if metric == "perplexity" else ""))
-    axes[0][0].legend(fontsize=7)
-    fig.text(
-        0.5, 0.01, "macro_f1 is undefined for an organisation with a single class (bar absent)", ha="center", fontsize=7
+    legend = axes[-1]
+    legend.axis("off")
+    legend.legend(*axes[0].get_legend_handles_labels(), loc="center", title="model scored on the organisation")
+    legend.text(
+        0.5,
+        0.1,
+        "macro_f1 is undefined (no bar) for an\norganisation with a single class",
+        ha="center",
+        fontsize=8,
+        transform=legend.transAxes,
     )
     fig.suptitle("ProdLDA on each organisation's data: federated vs centralized vs non-collaborative")
     fig.tight_layout()
