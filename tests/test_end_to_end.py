@@ -93,7 +93,13 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     assert [m.step for m in history] == [0, 5, 10, 15, 20, 25, 29]
     assert len(client.get_metric_history(run.info.run_id, "train.federated.client.science.loss")) == 7
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"scenario_comparison.png", "topics.json", "metrics.json", "training_history.json"} <= artifacts
+    assert {
+        "scenario_comparison.png",
+        "topics.json",
+        "metrics.json",
+        "training_history.json",
+        "ingestion.json",
+    } <= artifacts
 
 
 def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
@@ -135,6 +141,9 @@ def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> 
     )
     output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train"], project)
     assert "parameter 'train.scenarios' is 'fedrated'" in output
+    # the organisations shape the pipelines: they come from an environment, not --params
+    output = _run_failing([str(BIN / "kedro"), "run", "--pipeline=train", "--params=corpus=table"], project)
+    assert "parameter 'corpus' cannot be changed with --params" in output
 
 
 def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp_path: Path) -> None:

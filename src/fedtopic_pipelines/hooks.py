@@ -7,8 +7,17 @@ import logging
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 
-from fedtopic_pipelines.core.config import ConsensusConfig, EvaluateConfig, PreprocessConfig, choice, from_mapping
-from fedtopic_pipelines.pipeline_registry import CORPORA, organisations_of
+from fedtopic_pipelines.core.config import (
+    ConfigError,
+    ConsensusConfig,
+    EvaluateConfig,
+    IngestDemoConfig,
+    IngestTableConfig,
+    PreprocessConfig,
+    choice,
+    from_mapping,
+)
+from fedtopic_pipelines.pipeline_registry import CORPORA, organisations_of, project_parameters
 from fedtopic_pipelines.pipelines.train.nodes import parse_train_params
 
 logger = logging.getLogger(__name__)
@@ -24,8 +33,17 @@ class ValidateParametersHook:
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         params = context.params
+        configured = project_parameters(context.project_path, context.env)
+        for key in ("corpus", "organisations"):
+            if params.get(key) != configured.get(key):
+                raise ConfigError(
+                    f"parameter '{key}' cannot be changed with --params: it shapes the pipelines "
+                    f"(one namespace per organisation); set it in conf/<env>/parameters.yml and use --env"
+                )
         organisations_of(params)
         choice("corpus", str(params.get("corpus", "demo")), CORPORA)
+        from_mapping(IngestDemoConfig, params.get("ingest_demo"), "ingest_demo")
+        from_mapping(IngestTableConfig, params.get("ingest_table"), "ingest_table")
         from_mapping(PreprocessConfig, params.get("preprocess"), "preprocess")
         from_mapping(ConsensusConfig, params.get("vocab_consensus"), "vocab_consensus")
         parse_train_params(params.get("train") or {})

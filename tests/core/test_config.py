@@ -33,3 +33,14 @@ def test_nested_blocks_are_parsed() -> None:
 def test_preprocess_ranges() -> None:
     with pytest.raises(ConfigError, match="preprocess.max_df"):
         PreprocessConfig(max_df=0)
+
+
+def test_ingest_blocks_reject_unknown_keys_and_bad_caps() -> None:
+    from fedtopic_pipelines.core.config import IngestDemoConfig, IngestTableConfig
+
+    with pytest.raises(ConfigError, match=r"ingest_table.label_colum"):
+        from_mapping(IngestTableConfig, {"label_colum": "topic"}, "ingest_table")
+    with pytest.raises(ConfigError, match=r"ingest_demo.max_documents.train"):
+        from_mapping(IngestDemoConfig, {"max_documents": {"train": 0}}, "ingest_demo")
+    with pytest.raises(ConfigError, match=r"ingest_demo.organisations.science"):
+        from_mapping(IngestDemoConfig, {"organisations": {"science": []}}, "ingest_demo")

@@ -23,8 +23,8 @@ def test_fixed_seed_gives_identical_models() -> None:
 
 
 def test_same_number_of_steps_and_examples_seen() -> None:
-    # sizes that are multiples of the batch: no partial batch at an epoch's end on either side
-    models = train_scenarios(_matrices((32, 24, 48)), CONFIG, progress=False)
+    # sizes (and their sum) multiples of the batches: no partial batch at an epoch end on either side
+    models = train_scenarios(_matrices((32, 24, 40)), CONFIG, progress=False)
     seen = {name: sum(r.num_examples for r in m.history) for name, m in models.items()}
     assert seen["local__a"] + seen["local__b"] + seen["local__c"] == seen["federated"]
     assert seen["centralized"] == seen["federated"] == 15 * 3 * 8
@@ -45,3 +45,9 @@ def test_cuda_requested_without_a_gpu_is_named() -> None:
         resolve_device("cuda")
     with pytest.raises(ConfigError, match="train.device"):
         TrainConfig(device="tpu")
+
+
+def test_an_organisation_with_one_usable_document_is_named() -> None:
+    matrices = {**_matrices(), "tiny": poisson_matrices((1,), 40)[0]}
+    with pytest.raises(ValueError, match="organisation 'tiny' has 1 training document"):
+        train_scenarios(matrices, CONFIG, progress=False)

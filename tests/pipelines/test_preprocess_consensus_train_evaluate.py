@@ -73,6 +73,8 @@ def test_full_chain_in_memory(tiny_raw_tables) -> None:
     assert set(vocab["term"]) == proposed  # union of the three (disjoint) proposals
     assert len(proposed & set(out["term_counts__alpha"])) < len(proposed)
     assert out["clients.alpha.bow"].matrix.shape[1] == len(vocab)
+    report = out["vectorize_report__alpha"]
+    assert report["documents"]["train"] + report["documents"]["test"] == len(out["clients.alpha.bow"])
     models = out["trained_models"]
     assert set(models) == {"federated", "centralized", "local__alpha", "local__beta", "local__gamma"}
     assert all(len(m.history) == 150 for m in models.values())

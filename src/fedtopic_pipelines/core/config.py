@@ -50,6 +50,50 @@ def from_mapping(cls: type[T], raw: Mapping[str, Any] | None, where: str) -> T:
         raise ConfigError(f"invalid parameter block '{where}': {exc}") from exc
 
 
+def _check_max_documents(where: str, value: Mapping[str, int | None] | None) -> None:
+    if value is None:
+        return
+    unknown = sorted(set(value) - {"train", "test"})
+    if unknown:
+        raise ConfigError(f"parameter '{where}.max_documents' has unknown split(s) {unknown}; use train / test")
+    for split, cap in value.items():
+        if cap is not None and (not isinstance(cap, int) or cap < 1):
+            raise ConfigError(f"parameter '{where}.max_documents.{split}' must be a positive integer or null")
+
+
+@dataclass(frozen=True)
+class IngestDemoConfig:
+    """20 Newsgroups: label glob patterns per organisation, optional caps per split."""
+
+    organisations: Mapping[str, Any] = field(default_factory=dict)
+    max_documents: Mapping[str, int | None] | None = None
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        for org, patterns in self.organisations.items():
+            if not patterns or not all(isinstance(p, str) for p in patterns):
+                raise ConfigError(f"parameter 'ingest_demo.organisations.{org}' must be a list of label patterns")
+        _check_max_documents("ingest_demo", self.max_documents)
+
+
+@dataclass(frozen=True)
+class IngestTableConfig:
+    """A user's table: which columns hold the text, organisation, label and split."""
+
+    text_column: str = "text"
+    organisation_column: str = "organisation"
+    label_column: str | None = None
+    split_column: str | None = None
+    test_fraction: float = 0.2
+    max_documents: Mapping[str, int | None] | None = None
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ConfigError("parameter 'ingest_table.test_fraction' must be in [0, 1)")
+        _check_max_documents("ingest_table", self.max_documents)
+
+
 @dataclass(frozen=True)
 class PreprocessConfig:
     """Per-organisation text cleaning (runs inside each organisation)."""

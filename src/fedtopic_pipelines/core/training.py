@@ -2,7 +2,9 @@
 
 * ``federated``: one :class:`GradientClient` per organisation, FedSGD server.
 * ``centralized``: a trusted server holding the pooled corpus; one client whose batch is
-  L ghost batches drawn from the pooled documents (same examples per step as federated).
+  L * batch_size pooled documents cut into L ghost batches (as many documents per step as
+  federated, but drawn uniformly from the pool, whereas FedSGD takes an equal share from
+  every organisation).
 * ``non_collaborative``: one single-client federation per organisation.
 
 All scenarios start from the same initial weights (same seed), take the same number of
@@ -19,7 +21,7 @@ import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core.config import TrainConfig
-from fedtopic_pipelines.core.federated.batching import BatchSource, derive_seed
+from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource, derive_seed
 from fedtopic_pipelines.core.federated.client import GradientClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.server import FederatedServer, RoundRecord, StoppingRule
@@ -94,6 +96,12 @@ def train_scenarios(
     if len(vocab_sizes) != 1:
         raise ValueError(f"organisations' matrices disagree on the vocabulary size: {vocab_sizes}")
     vocab_size = vocab_sizes.pop()
+    for org, matrix in train_matrices.items():
+        if matrix.shape[0] < 2:
+            raise ValueError(
+                f"organisation '{org}' has {matrix.shape[0]} training document(s) with words of the common "
+                "vocabulary; training needs at least 2 (BatchNorm)"
+            )
     device = resolve_device(config.device)
     bs = config.batch_size
 
@@ -109,9 +117,9 @@ def train_scenarios(
         models["federated"] = _fit("federated", "federated", orgs, clients, vocab_size, config, device, progress)
     if "centralized" in config.scenarios:
         pooled = sp.vstack([train_matrices[o] for o in orgs]).tocsr()
-        ghosts = [source(pooled, 1000 + i) for i in range(len(orgs))]
+        ghosts = GhostBatchSource(pooled, bs, len(orgs), derive_seed(config.seed, 1000), device)
         models["centralized"] = _fit(
-            "centralized", "centralized", orgs, [client("server", ghosts)], vocab_size, config, device, progress
+            "centralized", "centralized", orgs, [client("server", [ghosts])], vocab_size, config, device, progress
         )
     if "non_collaborative" in config.scenarios:
         for i, org in enumerate(orgs):

@@ -19,3 +19,19 @@ def test_same_seed_same_batches() -> None:
     a = BatchSource(matrix, 6, seed=5, device=torch.device("cpu"))
     b = BatchSource(matrix, 6, seed=5, device=torch.device("cpu"))
     assert all(torch.equal(a.next_batch(), b.next_batch()) for _ in range(5))
+
+
+def test_ghost_batches_never_repeat_a_document_within_a_step() -> None:
+    from fedtopic_pipelines.core.federated.batching import GhostBatchSource
+
+    matrix = sp.csr_matrix(np.arange(50, dtype=np.float32).reshape(50, 1) + 1)
+    source = GhostBatchSource(matrix, batch_size=4, n_ghosts=3, seed=0, device=torch.device("cpu"))
+    seen = []
+    for _ in range(5):  # 50 = 4 steps of 12, then a last step of 2 documents
+        batches = source.next_batches()
+        rows = torch.cat([b for b, _ in batches]).flatten().tolist()
+        assert len(rows) == len(set(rows))
+        assert all(len(b) >= 2 for b, _ in batches)
+        seen += rows
+    assert sorted(seen) == list(range(1, 51))  # one epoch: every document exactly once
+    assert len({id(g) for _, g in source.next_batches()}) == 3  # one noise generator per ghost batch

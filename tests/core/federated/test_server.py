@@ -60,6 +60,23 @@ def _reshaped(t: dict) -> dict:
     return t
 
 
+class NegativeVariance(Poisoned):
+    def handle(self, instruction: Instruction) -> Update:
+        update = self.inner.handle(instruction)
+        stats = {**update.statistics, "beta_bn.var": -update.statistics["beta_bn.var"] - 1}
+        return Update(
+            self.client_id, update.kind, update.tensors, update.num_examples, statistics=stats, metrics=update.metrics
+        )
+
+
+def test_a_negative_variance_is_rejected() -> None:
+    server, _ = _server()
+    record = server.run(
+        InProcessEngine([_client("good", 1), NegativeVariance(_client("bad", 2), None)]), progress=False
+    )[0]
+    assert "negative variance" in record.rejected["poisoned"]
+
+
 @pytest.mark.parametrize("corrupt", [_nan, _renamed, _reshaped])
 def test_a_rejected_update_does_not_touch_the_global_model(corrupt) -> None:
     clean, clean_model = _server()

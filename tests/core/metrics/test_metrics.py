@@ -75,3 +75,11 @@ def test_completion_split_conserves_tokens_and_is_seeded() -> None:
     observed, held_out = split_tokens(bow, seed=1)
     np.testing.assert_array_equal((observed + held_out).toarray(), bow.toarray())
     np.testing.assert_array_equal(split_tokens(bow, seed=1)[0].toarray(), observed.toarray())
+
+
+def test_svm_with_too_few_documents_or_unlabelled_ones() -> None:
+    labels = np.array(["a", "b", "c"] * 2)
+    assert svm_macro_f1(np.eye(6), labels, 0.2, 1.0, seed=0) is None  # 2 test documents for 3 classes
+    labels = np.array(["a", "b"] * 20 + [""] * 10)
+    features = np.vstack([np.where(labels[:40, None] == "a", 1.0, -1.0), np.zeros((10, 1))])
+    assert svm_macro_f1(features, labels, 0.2, 1.0, seed=0) == 1.0

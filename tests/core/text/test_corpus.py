@@ -73,3 +73,10 @@ def test_unknown_format_and_malformed_file(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text('{"text": "a", "org": "x"}\n{not json\n')
     with pytest.raises(CorpusError, match="bad.jsonl' could not be parsed"):
         load_table(tmp_path / "bad.jsonl")
+
+
+def test_missing_labels_become_empty_not_nan(tmp_path: Path) -> None:
+    path = tmp_path / "docs.csv"
+    pd.DataFrame({"text": ["a b", "c d"], "org": ["x", "x"], "label": ["sport", None]}).to_csv(path, index=False)
+    raw = table_to_raw(load_table(path), "text", "org", label_column="label")
+    assert raw.documents["label"].tolist() == ["sport", ""]

@@ -48,3 +48,12 @@ def test_vectorize_counts_in_vocabulary_tokens() -> None:
     bow = vectorize([["b", "a", "b", "zzz"], []], ["a", "b"], ["d1", "d2"], ["l1", "l2"], ["train", "test"])
     np.testing.assert_array_equal(bow.matrix.toarray(), [[1, 2], [0, 0]])
     assert len(bow.subset("test")) == 1
+
+
+def test_documents_without_a_vocabulary_term_are_dropped_and_counted() -> None:
+    bow = vectorize(
+        [["a"], ["zzz"], [], ["b"]], ["a", "b"], ["d1", "d2", "d3", "d4"], [""] * 4, ["train", "train", "test", "test"]
+    )
+    kept, dropped = bow.without_empty_documents()
+    assert kept.doc_ids.tolist() == ["d1", "d4"]
+    assert dropped == {"train": 1, "test": 1}

@@ -1,4 +1,10 @@
-"""Seeded mini-batch streams over one organisation's document-term matrix."""
+"""Seeded mini-batch streams over document-term matrices.
+
+A *source* yields, each step, one or more ``(batch, noise generator)`` pairs: one for an
+organisation (:class:`BatchSource`), several ghost batches for the centralized trainer
+(:class:`GhostBatchSource`). The noise generator drives dropout and reparameterisation
+noise for that batch, so the same source gives the same numbers wherever it is used.
+"""
 
 from __future__ import annotations
 
@@ -12,41 +18,74 @@ def derive_seed(seed: int, *stream: int) -> int:
     return int(np.random.SeedSequence([seed, *stream]).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
-class BatchSource:
-    """Shuffled epochs of mini-batches plus the noise generator used on them.
+class EpochSampler:
+    """Row indices in shuffled epochs, ``batch_size`` at a time; every row once per epoch.
 
-    One source per organisation: its sampling and its dropout / reparameterisation noise
-    come from its own seeded generators, so the same source gives the same batches and
-    the same noise whether it feeds a federated client or a centralized ghost batch.
-    A trailing batch of a single document is merged into the previous one, because
-    BatchNorm needs at least two documents.
+    A trailing batch of a single row is merged into the previous one, because BatchNorm
+    needs at least two documents.
     """
 
-    def __init__(self, matrix: sp.csr_matrix, batch_size: int, seed: int, device: torch.device) -> None:
-        if matrix.shape[0] < 2:
-            raise ValueError(f"a batch source needs at least 2 documents, got {matrix.shape[0]}")
-        self.matrix = matrix.tocsr().astype(np.float32)
+    def __init__(self, n_rows: int, batch_size: int, seed: int) -> None:
+        if n_rows < 2:
+            raise ValueError(f"a batch source needs at least 2 documents, got {n_rows}")
+        self.n_rows = n_rows
         self.batch_size = batch_size
-        self.device = device
-        self._sampler = torch.Generator(device="cpu").manual_seed(seed)
-        self.noise = torch.Generator(device=device).manual_seed(derive_seed(seed, 1))
+        self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self._queue: list[np.ndarray] = []
         self.epoch = 0
 
-    def _new_epoch(self) -> None:
-        n = self.matrix.shape[0]
-        order = torch.randperm(n, generator=self._sampler).numpy()
-        chunks = [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
-        if len(chunks) > 1 and len(chunks[-1]) < 2:
-            last = chunks.pop()
-            chunks[-1] = np.concatenate([chunks[-1], last])
-        self._queue = chunks[::-1]
-        self.epoch += 1
+    def next_indices(self) -> np.ndarray:
+        if not self._queue:
+            order = torch.randperm(self.n_rows, generator=self._generator).numpy()
+            chunks = [order[i : i + self.batch_size] for i in range(0, self.n_rows, self.batch_size)]
+            if len(chunks) > 1 and len(chunks[-1]) < 2:
+                last = chunks.pop()
+                chunks[-1] = np.concatenate([chunks[-1], last])
+            self._queue = chunks[::-1]
+            self.epoch += 1
+        return self._queue.pop()
+
+
+def _dense(matrix: sp.csr_matrix, rows: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(matrix[rows].toarray()).to(device)
+
+
+class BatchSource:
+    """One organisation's stream: a mini-batch per step and its own noise generator."""
+
+    def __init__(self, matrix: sp.csr_matrix, batch_size: int, seed: int, device: torch.device) -> None:
+        self.matrix = matrix.tocsr().astype(np.float32)
+        self.device = device
+        self.sampler = EpochSampler(self.matrix.shape[0], batch_size, seed)
+        self.noise = torch.Generator(device=device).manual_seed(derive_seed(seed, 1))
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
 
     def next_batch(self) -> torch.Tensor:
         """The next dense mini-batch on the source's device."""
-        if not self._queue:
-            self._new_epoch()
-        rows = self._queue.pop()
-        dense = torch.from_numpy(self.matrix[rows].toarray())
-        return dense.to(self.device)
+        return _dense(self.matrix, self.sampler.next_indices(), self.device)
+
+    def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
+        return [(self.next_batch(), self.noise)]
+
+
+class GhostBatchSource:
+    """The pooled corpus of a trusted server: each step one batch of ``n_ghosts * batch_size``
+    documents from a single shuffled epoch (no document twice in a step), cut into
+    ``n_ghosts`` ghost batches, each normalised separately and with its own noise."""
+
+    def __init__(self, matrix: sp.csr_matrix, batch_size: int, n_ghosts: int, seed: int, device: torch.device) -> None:
+        self.matrix = matrix.tocsr().astype(np.float32)
+        self.device = device
+        self.sampler = EpochSampler(self.matrix.shape[0], batch_size * n_ghosts, seed)
+        self.noises = [torch.Generator(device=device).manual_seed(derive_seed(seed, 1, g)) for g in range(n_ghosts)]
+
+    def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
+        rows = self.sampler.next_indices()
+        n_ghosts = max(1, min(len(self.noises), len(rows) // 2))  # every ghost batch needs 2 documents
+        return [
+            (_dense(self.matrix, part, self.device), noise)
+            for part, noise in zip(np.array_split(rows, n_ghosts), self.noises, strict=False)
+        ]

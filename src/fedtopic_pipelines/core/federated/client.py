@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
-from fedtopic_pipelines.core.federated.batching import BatchSource
+from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 
 
@@ -34,15 +34,16 @@ def load_parameters(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
 class GradientClient:
     """FedSGD client (gFedNTM Algorithm 1, GETCLIENTGRAD).
 
-    Loads the global weights, draws one mini-batch from each of its sources, and returns
-    the gradient of the mean loss. With one source this is an organisation; with several
-    it is the centralized trainer, whose batch is the concatenation of ghost batches
-    (one per source), each normalised by its own BatchNorm statistics.
+    Loads the global weights, draws this step's batches from its sources, and returns the
+    gradient of their mean loss. With one :class:`BatchSource` this is an organisation;
+    with a :class:`GhostBatchSource` (or several sources) it is the centralized trainer,
+    whose batch is a concatenation of ghost batches, each normalised by its own BatchNorm
+    statistics.
     """
 
     kind = UpdateKind.GRADIENTS
 
-    def __init__(self, client_id: str, model: nn.Module, sources: Sequence[BatchSource]) -> None:
+    def __init__(self, client_id: str, model: nn.Module, sources: Sequence[BatchSource | GhostBatchSource]) -> None:
         if not sources:
             raise ValueError(f"client '{client_id}' has no data")
         self.client_id = client_id
@@ -53,7 +54,7 @@ class GradientClient:
         load_parameters(self.model, instruction.state)
         self.model.train()
         self.model.zero_grad(set_to_none=True)
-        parts = [self.model.loss_on_batch(s.next_batch(), s.noise) for s in self.sources]
+        parts = [self.model.loss_on_batch(batch, noise) for s in self.sources for batch, noise in s.next_batches()]
         n = sum(p.n for p in parts)
         loss = sum(p.loss * (p.n / n) for p in parts)
         loss.backward()

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fedtopic_pipelines.core.config import OptimizerConfig
-from fedtopic_pipelines.core.federated.aggregation import validate_update, weighted_mean
+from fedtopic_pipelines.core.federated.aggregation import UpdateRejected, validate_update, weighted_mean
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 
 
@@ -61,6 +61,9 @@ class FedSGD:
 
     def validate(self, update: Update) -> None:
         validate_update(update, self.kind, self._shapes, self._stat_shapes)
+        for name, value in update.statistics.items():
+            if name.endswith(".var") and bool((value < 0).any()):
+                raise UpdateRejected(update.client_id, f"statistic '{name}' has a negative variance")
 
     def aggregate(self, updates: list[Update]) -> None:
         weights = [u.num_examples for u in updates]

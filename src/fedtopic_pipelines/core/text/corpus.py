@@ -162,7 +162,8 @@ def table_to_raw(
     out = pd.DataFrame(
         {
             "text": frame[text_column].astype(str),
-            "label": frame[label_column].astype(str) if label_column else "",
+            # a missing label is "" (left out of classification), not the class "nan"
+            "label": frame[label_column].fillna("").astype(str) if label_column else "",
             "organisation": frame[organisation_column].astype(str),
             "source_line": np.flatnonzero(keep) + 1,
         }

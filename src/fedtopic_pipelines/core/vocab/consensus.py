@@ -90,6 +90,16 @@ class BowCorpus:
         mask = self.split == split
         return BowCorpus(self.matrix[mask], self.doc_ids[mask], self.labels[mask], self.split[mask])
 
+    def without_empty_documents(self) -> tuple[BowCorpus, dict[str, int]]:
+        """Drop documents with no term of the common vocabulary; return how many, per split.
+
+        They carry no word to learn from or to predict, yet would count in eq. 2's weights.
+        """
+        empty = np.asarray(self.matrix.sum(axis=1)).ravel() == 0
+        dropped = {str(s): int((self.split[empty] == s).sum()) for s in np.unique(self.split[empty])}
+        keep = ~empty
+        return BowCorpus(self.matrix[keep], self.doc_ids[keep], self.labels[keep], self.split[keep]), dropped
+
     def __len__(self) -> int:
         return self.matrix.shape[0]
 

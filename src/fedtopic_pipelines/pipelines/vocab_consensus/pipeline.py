@@ -18,10 +18,22 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
         ]
     )
     client = Pipeline(
-        [Node(vectorize_documents, inputs=["tokens", "vocabulary"], outputs="bow", name="vectorize_documents")]
+        [
+            Node(
+                vectorize_documents,
+                inputs=["tokens", "vocabulary"],
+                outputs=["bow", "vectorize_report"],
+                name="vectorize_documents",
+            )
+        ]
     )
     clients = [
-        Pipeline(client, namespace=f"clients.{org}", inputs={"vocabulary": "common_vocabulary"})
+        Pipeline(
+            client,
+            namespace=f"clients.{org}",
+            inputs={"vocabulary": "common_vocabulary"},
+            outputs={"vectorize_report": shared("vectorize_report", org)},
+        )
         for org in organisations
     ]
     return sum(clients, server)
