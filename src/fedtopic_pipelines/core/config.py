@@ -181,7 +181,7 @@ class TrainConfig:
     model: ProdLDAConfig = field(default_factory=ProdLDAConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     batch_size: int = 64
-    max_steps: int = 1500
+    max_steps: int = 1000
     tolerance: float = 0.0
     seed: int = 42
     device: str = "auto"
