@@ -14,10 +14,9 @@ from fedtopic_pipelines.core.config import (
     IngestDemoConfig,
     IngestTableConfig,
     PreprocessConfig,
-    choice,
     from_mapping,
 )
-from fedtopic_pipelines.pipeline_registry import CORPORA, organisations_of, project_parameters
+from fedtopic_pipelines.pipeline_registry import project_parameters
 from fedtopic_pipelines.pipelines.train.nodes import parse_train_params
 
 logger = logging.getLogger(__name__)
@@ -25,6 +24,9 @@ logger = logging.getLogger(__name__)
 
 class ValidateParametersHook:
     """Parse every parameter block before any node runs.
+
+    ``corpus`` and ``organisations`` are checked by ``register_pipelines``, which needs
+    them; here we only make sure ``--params`` did not change them behind the registry's back.
 
     A misspelt key or an unknown scenario, model or merge rule then stops the run at once,
     naming the parameter, instead of after ingestion and preprocessing.
@@ -40,8 +42,6 @@ class ValidateParametersHook:
                     f"parameter '{key}' cannot be changed with --params: it shapes the pipelines "
                     f"(one namespace per organisation); set it in conf/<env>/parameters.yml and use --env"
                 )
-        organisations_of(params)
-        choice("corpus", str(params.get("corpus", "demo")), CORPORA)
         from_mapping(IngestDemoConfig, params.get("ingest_demo"), "ingest_demo")
         from_mapping(IngestTableConfig, params.get("ingest_table"), "ingest_table")
         from_mapping(PreprocessConfig, params.get("preprocess"), "preprocess")
