@@ -137,7 +137,9 @@ def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
 def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> None:
     project = _copy_project(tmp_path)
     (project / "conf/smoke/parameters.yml").write_text(
-        (project / "conf/smoke/parameters.yml").read_text().replace("train:\n", "train:\n  scenarios: [fedrated]\n")
+        (project / "conf/smoke/parameters.yml")
+        .read_text()
+        .replace("\ntrain:\n", "\ntrain:\n  scenarios: [fedrated]\n", 1)
     )
     output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train"], project)
     assert "parameter 'train.scenarios' is 'fedrated'" in output
@@ -167,3 +169,34 @@ def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp
     assert ran == {"train", "evaluate"}
     shown = _run([dvc, "metrics", "show", "--json"], project)
     assert "scenarios" in shown.stdout
+
+
+def test_smoke_synthetic_sweep_through_dvc_with_nested_mlflow_runs(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    _run(["git", "init", "-q"], project)
+    dvc = str(BIN / "dvc")
+    first = _run([dvc, "repro", "experiments/synthetic/dvc.yaml:A"], project, KEDRO_ENV="smoke")
+    assert "Running stage 'experiments/synthetic/dvc.yaml:A'" in first.stdout
+    out = project / "data/08_reporting/synthetic"
+    runs = pd.read_csv(out / "runs_A.csv")
+    assert sorted(runs["value"].unique()) == [2, 4]
+    assert set(runs["model"]) == {"federated", "centralized", "local__org1", "local__org2"}
+    assert (out / "fig3_A.png").stat().st_size > 10_000
+    metrics = json.loads((out / "metrics_A.json").read_text())
+    assert set(metrics["points"]) == {"2", "4"}
+    second = _run([dvc, "repro", "experiments/synthetic/dvc.yaml:A"], project, KEDRO_ENV="smoke")
+    assert "Running stage" not in second.stdout
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("fedtopic_pipelines")
+    all_runs = client.search_runs([experiment.experiment_id])
+    parent = next(r for r in all_runs if r.info.run_name == "synthetic")
+    children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in children) == ["sweep A: n_shared=2 rep 0", "sweep A: n_shared=4 rep 0"]
+    assert parent.data.params["synthetic.generator.n_topics"] == "6"
+    assert "dss.scenario.federated" in children[0].data.metrics
+
+    output = _run_failing([str(BIN / "kedro"), "run", "--pipeline=synthetic", "--params=synthetic.sweep=C"], project)
+    assert "parameter 'synthetic.sweep' is 'C'" in output

@@ -48,3 +48,40 @@ class DocumentTableDataset(AbstractDataset[None, SourceTable]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath)}
+
+
+class MlflowNestedRunsDataset(AbstractDataset[dict[str, Any], None]):
+    """Write-only: one nested MLflow run per record under the active run (the sweep's parent).
+
+    ``data`` holds ``runs`` (each with ``name``, ``params``, ``metrics``), and
+    ``artifacts`` (path -> DataFrame, logged as CSV) and ``figures`` (path -> matplotlib
+    figure) for the parent run. Without an active run (MLflow hooks off), it opens a
+    parent run itself, so the nesting the MLflow UI compares is never lost.
+    """
+
+    def __init__(self, parent_name: str = "synthetic") -> None:
+        self._parent_name = parent_name
+
+    def _save(self, data: dict[str, Any]) -> None:
+        import mlflow
+
+        own_parent = mlflow.active_run() is None
+        parent = mlflow.start_run(run_name=self._parent_name) if own_parent else mlflow.active_run()
+        try:
+            for path, table in data.get("artifacts", {}).items():
+                mlflow.log_text(table.to_csv(index=False), path)
+            for path, figure in data.get("figures", {}).items():
+                mlflow.log_figure(figure, path)
+            for record in data.get("runs", []):
+                with mlflow.start_run(run_name=record["name"], nested=True, parent_run_id=parent.info.run_id):
+                    mlflow.log_params(record["params"])
+                    mlflow.log_metrics(record["metrics"])
+        finally:
+            if own_parent:
+                mlflow.end_run()
+
+    def _load(self) -> None:
+        raise DatasetError("MlflowNestedRunsDataset is write-only: read the runs in the MLflow UI or API")
+
+    def _describe(self) -> dict[str, Any]:
+        return {"parent_name": self._parent_name}

@@ -16,6 +16,7 @@ from fedtopic_pipelines.core.config import (
     PreprocessConfig,
     from_mapping,
 )
+from fedtopic_pipelines.core.synthetic_experiment import SyntheticExperimentConfig
 from fedtopic_pipelines.pipeline_registry import project_parameters
 from fedtopic_pipelines.pipelines.train.nodes import parse_train_params
 
@@ -48,4 +49,5 @@ class ValidateParametersHook:
         from_mapping(ConsensusConfig, params.get("vocab_consensus"), "vocab_consensus")
         parse_train_params(params.get("train") or {})
         from_mapping(EvaluateConfig, params.get("evaluate"), "evaluate")
+        SyntheticExperimentConfig.from_params(params.get("synthetic") or {})
         logger.debug("parameters validated")

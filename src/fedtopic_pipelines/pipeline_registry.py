@@ -10,7 +10,15 @@ from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError, choice
-from fedtopic_pipelines.pipelines import evaluate, ingest_demo, ingest_table, preprocess, train, vocab_consensus
+from fedtopic_pipelines.pipelines import (
+    evaluate,
+    ingest_demo,
+    ingest_table,
+    preprocess,
+    synthetic,
+    train,
+    vocab_consensus,
+)
 
 CORPORA = ("demo", "table")
 
@@ -39,7 +47,10 @@ def organisations_of(params: dict) -> list[str]:
 
 
 def register_pipelines() -> dict[str, Pipeline]:
-    """``__default__`` chains ingestion of the configured corpus, preprocessing, consensus, training, evaluation."""
+    """``__default__`` chains ingestion of the configured corpus, preprocessing, consensus, training, evaluation.
+
+    ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
+    """
     params = project_parameters()
     orgs = organisations_of(params)
     corpus = choice("corpus", str(params.get("corpus", "demo")), CORPORA)
@@ -50,6 +61,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         "vocab_consensus": vocab_consensus.create_pipeline(orgs),
         "train": train.create_pipeline(orgs),
         "evaluate": evaluate.create_pipeline(orgs),
+        "synthetic": synthetic.create_pipeline(),
     }
     pipelines["ingest"] = pipelines[f"ingest_{corpus}"]
     pipelines["__default__"] = (

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from fedtopic_pipelines.core.config import ConfigError, ProdLDAConfig, TrainConfig
-from fedtopic_pipelines.core.training import resolve_device, train_scenarios
+from fedtopic_pipelines.core.training import hold_out, resolve_device, train_scenarios
 from tests.conftest import poisson_matrices
 
 CONFIG = TrainConfig(model=ProdLDAConfig(n_topics=3, hidden_sizes=(8,)), batch_size=8, max_steps=15, device="cpu")
@@ -51,3 +51,30 @@ def test_an_organisation_with_one_usable_document_is_named() -> None:
     matrices = {**_matrices(), "tiny": poisson_matrices((1,), 40)[0]}
     with pytest.raises(ValueError, match="organisation 'tiny' has 1 training document"):
         train_scenarios(matrices, CONFIG, progress=False)
+
+
+def test_hold_out_keeps_a_seeded_share_of_each_organisation_aside() -> None:
+    matrices = _matrices((40, 21, 8))
+    fit, held = hold_out(matrices, 0.25, 42)
+    for name, matrix in matrices.items():
+        assert fit[name].shape[0] + held[name].shape[0] == matrix.shape[0]
+        assert fit[name].sum() + held[name].sum() == pytest.approx(matrix.sum())
+    assert [held[n].shape[0] for n in matrices] == [10, 5, 2]
+    again, _ = hold_out(matrices, 0.25, 42)
+    assert all((again[n] != fit[n]).nnz == 0 for n in matrices)
+    with pytest.raises(ValueError, match="organisation 'c' has 3 training documents"):
+        hold_out({"c": matrices["c"][:3]}, 0.25, 42)
+
+
+def test_validation_fraction_turns_on_early_stopping_in_every_scenario() -> None:
+    config = TrainConfig(
+        **{**CONFIG.__dict__, "max_steps": None, "max_epochs": 30, "validation_fraction": 0.25, "patience": 2}
+    )
+    models = train_scenarios(_matrices((40, 32, 48)), config, progress=False)
+    for model in models.values():
+        validations = [r.validation_loss for r in model.history if r.validation_loss is not None]
+        assert validations and model.best_round is not None
+        assert model.history[model.best_round].validation_loss == min(validations)
+        assert model.stopped_early == (len(model.history) < 30 * 5)  # epochs of ceil(36 / 8) = 5 steps
+    with pytest.raises(ConfigError, match="exactly one of 'train.max_steps' and 'train.max_epochs'"):
+        TrainConfig(max_steps=10, max_epochs=10)

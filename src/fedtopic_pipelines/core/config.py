@@ -174,15 +174,27 @@ MODELS = ("prodlda",)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Scenarios, stopping rule and engine settings shared by all scenarios."""
+    """Scenarios, stopping rules and engine settings shared by all scenarios.
+
+    A run stops after ``max_steps`` optimizer steps, or ``max_epochs`` epochs of the
+    scenario's data (one epoch = the largest organisation's training documents / batch
+    size steps), whichever one is set. With ``validation_fraction`` > 0 each organisation
+    holds out that share of its training documents (gFedNTM: 0.25); the model is then
+    validated every ``validation_every`` steps (null: once per epoch), training stops after
+    ``patience`` validations without improvement, and the best weights are kept.
+    """
 
     scenarios: tuple[str, ...] = SCENARIOS
     model_name: str = "prodlda"
     model: ProdLDAConfig = field(default_factory=ProdLDAConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     batch_size: int = 64
-    max_steps: int = 1000
+    max_steps: int | None = 1000
+    max_epochs: int | None = None
     tolerance: float = 0.0
+    validation_fraction: float = 0.0
+    patience: int = 5
+    validation_every: int | None = None
     seed: int = 42
     device: str = "auto"
 
@@ -195,8 +207,19 @@ class TrainConfig:
         choice("train.device", self.device, ("auto", "cpu", "cuda"))
         if self.batch_size < 2:
             raise ConfigError("parameter 'train.batch_size' must be >= 2 (BatchNorm needs two documents)")
-        if self.max_steps < 1:
-            raise ConfigError("parameter 'train.max_steps' must be >= 1")
+        if (self.max_steps is None) == (self.max_epochs is None):
+            raise ConfigError(
+                "set exactly one of 'train.max_steps' and 'train.max_epochs' (the other to null); "
+                f"got max_steps={self.max_steps}, max_epochs={self.max_epochs}"
+            )
+        for name in ("max_steps", "max_epochs", "validation_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"parameter 'train.{name}' must be >= 1 (or null)")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ConfigError("parameter 'train.validation_fraction' must be in [0, 1) (0: no early stopping)")
+        if self.patience < 1:
+            raise ConfigError("parameter 'train.patience' must be >= 1")
         if self.tolerance < 0:
             raise ConfigError("parameter 'train.tolerance' must be >= 0")
 
@@ -228,3 +251,83 @@ class EvaluateConfig:
             raise ConfigError("parameter 'evaluate.svm_test_size' must be in (0, 1)")
         if self.top_words < 2:
             raise ConfigError("parameter 'evaluate.top_words' must be >= 2")
+
+
+@dataclass(frozen=True)
+class SyntheticGeneratorConfig:
+    """LDA generator of gFedNTM sec. 4.1.1 (defaults: the paper's; see docs/synthetic.md).
+
+    ``alpha`` null means the paper's 50 / K. ``inactive_ratio`` is the Dirichlet weight of
+    the topics an organisation does not hold, relative to ``alpha``: 0 (paper) means
+    they never occur in its documents; the authors' code used 1e-4 with alpha 0.1.
+    """
+
+    n_organisations: int = 5
+    vocab_size: int = 5000
+    n_topics: int = 50
+    n_shared: int = 10
+    eta: float = 0.01
+    alpha: float | None = None
+    inactive_ratio: float = 0.0
+    doc_length: tuple[int, int] = (150, 250)
+    n_train: int = 10000
+    n_validation: int = 1000
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        where = "synthetic.generator"
+        for name in ("n_organisations", "vocab_size", "n_topics"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"parameter '{where}.{name}' must be >= 1")
+        if not 0 <= self.n_shared <= self.n_topics:
+            raise ConfigError(
+                f"parameter '{where}.n_shared' (K' = {self.n_shared}) must be between 0 and "
+                f"'{where}.n_topics' (K = {self.n_topics})"
+            )
+        if (self.n_topics - self.n_shared) % self.n_organisations:
+            raise ConfigError(
+                f"parameter '{where}.n_shared': K - K' = {self.n_topics - self.n_shared} private topics cannot be "
+                f"split evenly over '{where}.n_organisations' = {self.n_organisations}"
+            )
+        if not self.eta > 0:
+            raise ConfigError(f"parameter '{where}.eta' must be > 0, got {self.eta}")
+        if self.alpha is None:
+            object.__setattr__(self, "alpha", 50.0 / self.n_topics)
+        elif not self.alpha > 0:
+            raise ConfigError(f"parameter '{where}.alpha' must be > 0 (or null for 50 / K), got {self.alpha}")
+        if not self.inactive_ratio >= 0:
+            raise ConfigError(f"parameter '{where}.inactive_ratio' must be >= 0, got {self.inactive_ratio}")
+        if len(self.doc_length) != 2 or not 1 <= self.doc_length[0] <= self.doc_length[1]:
+            raise ConfigError(f"parameter '{where}.doc_length' must be [min, max] with 1 <= min <= max")
+        if self.n_train < 8:
+            raise ConfigError(f"parameter '{where}.n_train' must be >= 8 (a 75:25 split with 2+ documents each side)")
+        if self.n_validation < 2:
+            raise ConfigError(f"parameter '{where}.n_validation' must be >= 2")
+
+    @property
+    def n_private(self) -> int:
+        """Private topics per organisation, (K - K') / L."""
+        return (self.n_topics - self.n_shared) // self.n_organisations
+
+
+SWEEP_PARAMETERS = ("n_shared", "eta")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """One sweep of Fig. 3: a generator parameter, its values and the repetitions per value."""
+
+    name: str = "A"
+    parameter: str = "n_shared"
+    values: tuple[float, ...] = (5, 10, 15, 30, 40)
+    repetitions: int = 10
+
+    def __post_init__(self) -> None:
+        where = f"synthetic.sweeps.{self.name}"
+        choice(f"{where}.parameter", self.parameter, SWEEP_PARAMETERS)
+        if not self.values:
+            raise ConfigError(f"parameter '{where}.values' is empty: give at least one value to sweep")
+        if len(set(self.values)) != len(self.values):
+            raise ConfigError(f"parameter '{where}.values' repeats a value: {list(self.values)}")
+        if self.repetitions < 1:
+            raise ConfigError("parameter 'synthetic.repetitions' must be >= 1")

@@ -7,16 +7,20 @@
   every organisation).
 * ``non_collaborative``: one single-client federation per organisation.
 
-All scenarios start from the same initial weights (same seed), take the same number of
-optimizer steps and see the same number of documents in total.
+All scenarios start from the same initial weights (same seed) and, without early stopping,
+take the same number of optimizer steps and see the same number of documents in total.
+With validation matrices each scenario validates on the held-out documents of its own
+organisations and may stop earlier (``TrainConfig.patience``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import scipy.sparse as sp
 import torch
 
@@ -52,6 +56,7 @@ class TrainedModel:
     state: dict[str, torch.Tensor]
     history: list[RoundRecord] = field(default_factory=list)
     stopped_early: bool = False
+    best_round: int | None = None
 
     def to_model(self, device: torch.device | str = "cpu") -> ProdLDA:
         """Rebuild the ProdLDA module in eval mode."""
@@ -64,6 +69,13 @@ def _new_model(vocab_size: int, config: TrainConfig, device: torch.device) -> Pr
     return ProdLDA.create(vocab_size, config.model, config.seed).to(device)
 
 
+def stopping_rule(config: TrainConfig, steps_per_epoch: int, validate: bool) -> StoppingRule:
+    """The run's stopping rule; an epoch is ``steps_per_epoch`` optimizer steps."""
+    max_rounds = config.max_steps if config.max_steps is not None else config.max_epochs * steps_per_epoch
+    every = (config.validation_every or steps_per_epoch) if validate else None
+    return StoppingRule(max_rounds, config.tolerance, every, config.patience)
+
+
 def _fit(
     name: str,
     scenario: str,
@@ -73,25 +85,71 @@ def _fit(
     config: TrainConfig,
     device: torch.device,
     progress: bool,
+    stopping: StoppingRule,
 ) -> TrainedModel:
     global_model = _new_model(vocab_size, config, device)
-    server = FederatedServer(
-        FedSGD(global_model, config.optimizer), StoppingRule(config.max_steps, config.tolerance), name=name
-    )
+    server = FederatedServer(FedSGD(global_model, config.optimizer), stopping, name=name)
     history = server.run(InProcessEngine(clients), progress=progress)
-    logger.info("%s: %d steps, final loss %.2f", name, len(history), history[-1].loss)
+    logger.info(
+        "%s: %d steps, final loss %.2f%s",
+        name,
+        len(history),
+        history[-1].loss,
+        "" if server.best_round is None else f", kept the weights of step {server.best_round + 1}",
+    )
     state = {k: v.detach().cpu().clone() for k, v in global_model.state_dict().items()}
-    return TrainedModel(name, scenario, orgs, vocab_size, config, state, history, server.stopped_early)
+    return TrainedModel(
+        name, scenario, orgs, vocab_size, config, state, history, server.stopped_early, server.best_round
+    )
+
+
+def _steps_per_epoch(n_rows: int, batch_rows: int) -> int:
+    return max(1, math.ceil(n_rows / batch_rows))
+
+
+def hold_out(
+    matrices: Mapping[str, sp.csr_matrix], fraction: float, seed: int
+) -> tuple[dict[str, sp.csr_matrix], dict[str, sp.csr_matrix]]:
+    """Each organisation keeps ``fraction`` of its documents aside (seeded) for validation.
+
+    Returns (training rows, held-out rows) per organisation; at least 2 are held out
+    (BatchNorm statistics need 2 documents).
+    """
+    fit, held = {}, {}
+    for i, (name, matrix) in enumerate(matrices.items()):
+        order = np.random.default_rng(derive_seed(seed, 3000, i)).permutation(matrix.shape[0])
+        n_held = max(2, round(matrix.shape[0] * fraction))
+        if matrix.shape[0] - n_held < 2:
+            raise ValueError(
+                f"organisation '{name}' has {matrix.shape[0]} training documents: too few to hold out "
+                f"'train.validation_fraction' = {fraction} and keep 2 for training"
+            )
+        held[name], fit[name] = matrix[np.sort(order[:n_held])], matrix[np.sort(order[n_held:])]
+    return fit, held
 
 
 def train_scenarios(
-    train_matrices: Mapping[str, sp.csr_matrix], config: TrainConfig, progress: bool = True
+    train_matrices: Mapping[str, sp.csr_matrix],
+    config: TrainConfig,
+    progress: bool = True,
+    validation_matrices: Mapping[str, sp.csr_matrix] | None = None,
 ) -> dict[str, TrainedModel]:
     """Train every configured scenario on the organisations' training matrices.
 
-    Returns models keyed ``federated``, ``centralized`` and ``local__<org>``.
+    With ``train.validation_fraction`` > 0 (or explicit ``validation_matrices``), every
+    scenario validates on the held-out documents of the organisations it trains on and
+    stops early (``train.patience``; gFedNTM sec. 4.1.2 holds out 25 %). Returns models
+    keyed ``federated``, ``centralized`` and ``local__<org>``.
     """
+    if validation_matrices is None and config.validation_fraction > 0:
+        train_matrices, validation_matrices = hold_out(train_matrices, config.validation_fraction, config.seed)
     orgs = list(train_matrices)
+    validate = validation_matrices is not None
+    if validate and set(validation_matrices) != set(orgs):
+        raise ValueError(
+            f"validation documents are for organisations {sorted(validation_matrices)}, "
+            f"training documents for {sorted(orgs)}"
+        )
     vocab_sizes = {m.shape[1] for m in train_matrices.values()}
     if len(vocab_sizes) != 1:
         raise ValueError(f"organisations' matrices disagree on the vocabulary size: {vocab_sizes}")
@@ -108,30 +166,42 @@ def train_scenarios(
     def source(matrix: sp.csr_matrix, stream: int) -> BatchSource:
         return BatchSource(matrix, bs, derive_seed(config.seed, stream), device)
 
-    def client(cid: str, sources: list[BatchSource]) -> GradientClient:
-        return GradientClient(cid, _new_model(vocab_size, config, device), sources)
+    def client(cid: str, sources: list[BatchSource], validation: sp.csr_matrix | None, stream: int) -> GradientClient:
+        return GradientClient(
+            cid, _new_model(vocab_size, config, device), sources, validation, derive_seed(config.seed, 2000, stream)
+        )
 
+    def held_out(org: str) -> sp.csr_matrix | None:
+        return validation_matrices[org] if validate else None
+
+    largest = max(m.shape[0] for m in train_matrices.values())
     models: dict[str, TrainedModel] = {}
     if "federated" in config.scenarios:
-        clients = [client(org, [source(train_matrices[org], i)]) for i, org in enumerate(orgs)]
-        models["federated"] = _fit("federated", "federated", orgs, clients, vocab_size, config, device, progress)
+        clients = [client(org, [source(train_matrices[org], i)], held_out(org), i) for i, org in enumerate(orgs)]
+        rule = stopping_rule(config, _steps_per_epoch(largest, bs), validate)
+        models["federated"] = _fit("federated", "federated", orgs, clients, vocab_size, config, device, progress, rule)
     if "centralized" in config.scenarios:
         pooled = sp.vstack([train_matrices[o] for o in orgs]).tocsr()
         ghosts = GhostBatchSource(pooled, bs, len(orgs), derive_seed(config.seed, 1000), device)
+        pooled_validation = sp.vstack([validation_matrices[o] for o in orgs]).tocsr() if validate else None
+        rule = stopping_rule(config, _steps_per_epoch(pooled.shape[0], bs * len(orgs)), validate)
+        server_client = client("server", [ghosts], pooled_validation, 1000)
         models["centralized"] = _fit(
-            "centralized", "centralized", orgs, [client("server", [ghosts])], vocab_size, config, device, progress
+            "centralized", "centralized", orgs, [server_client], vocab_size, config, device, progress, rule
         )
     if "non_collaborative" in config.scenarios:
         for i, org in enumerate(orgs):
             name = f"local__{org}"
+            rule = stopping_rule(config, _steps_per_epoch(train_matrices[org].shape[0], bs), validate)
             models[name] = _fit(
                 name,
                 "non_collaborative",
                 [org],
-                [client(org, [source(train_matrices[org], i)])],
+                [client(org, [source(train_matrices[org], i)], held_out(org), i)],
                 vocab_size,
                 config,
                 device,
                 progress,
+                rule,
             )
     return models

@@ -5,7 +5,7 @@ from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig
 from fedtopic_pipelines.core.federated.batching import BatchSource
 from fedtopic_pipelines.core.federated.client import GradientClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.messages import Instruction, Update
+from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 from fedtopic_pipelines.core.federated.server import FederatedServer, NoUsableUpdates, StoppingRule
 from fedtopic_pipelines.core.federated.strategies import FedSGD
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
@@ -103,3 +103,71 @@ def test_tolerance_stops_early() -> None:
 def test_duplicate_client_ids_are_refused() -> None:
     with pytest.raises(ValueError, match="unique"):
         InProcessEngine([_client("same", 1), _client("same", 2)])
+
+
+class ScriptedValidation:
+    """A real training client whose validation answers follow a script (and are recorded)."""
+
+    def __init__(self, inner: GradientClient, losses: list[float]) -> None:
+        self.client_id = inner.client_id
+        self.inner = inner
+        self.losses = list(losses)
+        self.validated_states: list[dict[str, torch.Tensor]] = []
+
+    def handle(self, instruction: Instruction) -> Update:
+        if instruction.config.get("action") == "evaluate":
+            self.validated_states.append({k: v.clone() for k, v in instruction.state.items()})
+            return Update(self.client_id, UpdateKind.METRICS, {}, 10, metrics={"validation_loss": self.losses.pop(0)})
+        return self.inner.handle(instruction)
+
+
+def test_early_stopping_waits_patience_validations_and_restores_the_best_weights() -> None:
+    model = ProdLDA.create(V, CONFIG, 0)
+    rule = StoppingRule(max_rounds=100, validation_every=2, patience=3)
+    server = FederatedServer(FedSGD(model, OptimizerConfig()), rule)
+    client = ScriptedValidation(_client("a", 1), [5.0, 4.0, 3.0, 3.5, 3.0, 3.9, 1.0])
+    history = server.run(InProcessEngine([client]), progress=False)
+    assert len(history) == 12  # 6 validations: the best is the 3rd, then 3 without a lower loss
+    assert server.stopped_early and server.best_round == 5
+    assert [r.validation_loss for r in history if r.validation_loss is not None] == [5.0, 4.0, 3.0, 3.5, 3.0, 3.9]
+    best = client.validated_states[2]
+    assert all(torch.equal(model.state_dict()[k], best[k]) for k in best)
+    assert "mu_bn.running_mean" in best  # validation sees the BatchNorm running statistics too
+
+
+def test_validation_loss_is_weighted_by_documents_and_skips_clients_without_any() -> None:
+    model = ProdLDA.create(V, CONFIG, 0)
+    server = FederatedServer(FedSGD(model, OptimizerConfig()), StoppingRule(1))
+    matrices = poisson_matrices((20, 30, 12), V, seed=3)
+    clients = [
+        GradientClient(
+            "a",
+            ProdLDA.create(V, CONFIG, 0),
+            [BatchSource(matrices[0], 8, 1, torch.device("cpu"))],
+            validation=matrices[1],
+        ),
+        GradientClient(
+            "b",
+            ProdLDA.create(V, CONFIG, 0),
+            [BatchSource(matrices[0], 8, 2, torch.device("cpu"))],
+            validation=matrices[2],
+        ),
+        GradientClient("c", ProdLDA.create(V, CONFIG, 0), [BatchSource(matrices[0], 8, 3, torch.device("cpu"))]),
+    ]
+    replies = [c.handle(server.strategy.evaluation_instruction(0)) for c in clients]
+    assert [r.num_examples for r in replies] == [30, 12, 0]
+    assert all(r.kind == UpdateKind.METRICS and not r.tensors for r in replies)
+    expected = (replies[0].metrics["validation_loss"] * 30 + replies[1].metrics["validation_loss"] * 12) / 42
+    assert server.validate(InProcessEngine(clients), 0) == pytest.approx(expected)
+    # the same seed gives the same noise, so the same weights give the same loss
+    assert clients[0].handle(server.strategy.evaluation_instruction(0)).metrics == replies[0].metrics
+
+
+def test_non_finite_validation_losses_are_left_out_and_none_left_is_an_error() -> None:
+    model = ProdLDA.create(V, CONFIG, 0)
+    server = FederatedServer(FedSGD(model, OptimizerConfig()), StoppingRule(1))
+    good = ScriptedValidation(_client("good", 1), [2.0])
+    bad = ScriptedValidation(_client("bad", 2), [float("nan")])
+    assert server.validate(InProcessEngine([good, bad]), 0) == 2.0
+    with pytest.raises(NoUsableUpdates, match="no client returned a usable validation loss"):
+        server.validate(InProcessEngine([ScriptedValidation(_client("bad", 2), [float("inf")])]), 1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import nn
 
@@ -31,6 +33,10 @@ def load_parameters(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
             param.copy_(state[name])
 
 
+EVALUATE = "evaluate"
+VALIDATION_CHUNK = 1024
+
+
 class GradientClient:
     """FedSGD client (gFedNTM Algorithm 1, GETCLIENTGRAD).
 
@@ -43,14 +49,25 @@ class GradientClient:
 
     kind = UpdateKind.GRADIENTS
 
-    def __init__(self, client_id: str, model: nn.Module, sources: Sequence[BatchSource | GhostBatchSource]) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        model: nn.Module,
+        sources: Sequence[BatchSource | GhostBatchSource],
+        validation: sp.csr_matrix | None = None,
+        validation_seed: int = 0,
+    ) -> None:
         if not sources:
             raise ValueError(f"client '{client_id}' has no data")
         self.client_id = client_id
         self.model = model
         self.sources = list(sources)
+        self.validation = None if validation is None else validation.tocsr().astype(np.float32)
+        self.validation_seed = validation_seed
 
     def handle(self, instruction: Instruction) -> Update:
+        if instruction.config.get("action") == EVALUATE:
+            return self.evaluate(instruction)
         load_parameters(self.model, instruction.state)
         self.model.train()
         self.model.zero_grad(set_to_none=True)
@@ -68,3 +85,17 @@ class GradientClient:
             "reconstruction": float(sum(p.reconstruction * (p.n / n) for p in parts)),
         }
         return Update(self.client_id, self.kind, grads, n, statistics=stats, metrics=metrics)
+
+    def evaluate(self, instruction: Instruction) -> Update:
+        """Mean validation loss of the broadcast model (weights and BatchNorm running
+        statistics) on this organisation's held-out documents; only the number leaves."""
+        if self.validation is None or self.validation.shape[0] == 0:
+            return Update(self.client_id, UpdateKind.METRICS, {}, 0)
+        self.model.load_state_dict(instruction.state)
+        device = next(self.model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(self.validation_seed)
+        total, n = 0.0, self.validation.shape[0]
+        for start in range(0, n, VALIDATION_CHUNK):
+            bow = torch.from_numpy(self.validation[start : start + VALIDATION_CHUNK].toarray()).to(device)
+            total += float(self.model.validation_loss(bow, generator).sum())
+        return Update(self.client_id, UpdateKind.METRICS, {}, n, metrics={"validation_loss": total / n})

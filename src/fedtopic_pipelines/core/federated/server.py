@@ -29,10 +29,14 @@ class NoUsableUpdates(RuntimeError):
 
 @dataclass(frozen=True)
 class StoppingRule:
-    """Stop after ``max_rounds`` or when the relative weight change falls below ``tolerance``."""
+    """Stop after ``max_rounds``, when the relative weight change falls below ``tolerance``,
+    or (when ``validation_every`` is set) after ``patience`` validations without a lower
+    validation loss; then the weights with the lowest validation loss are restored."""
 
     max_rounds: int
     tolerance: float = 0.0
+    validation_every: int | None = None
+    patience: int = 5
 
 
 @dataclass
@@ -48,6 +52,7 @@ class RoundRecord:
     client_loss: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    validation_loss: float | None = None
 
 
 def _norm(tensors: dict[str, torch.Tensor]) -> float:
@@ -63,6 +68,7 @@ class FederatedServer:
         self.name = name
         self.history: list[RoundRecord] = []
         self.stopped_early = False
+        self.best_round: int | None = None
 
     def run_round(self, engine: Engine, round_: int) -> RoundRecord:
         """One synchronous round; rejected or failed clients are logged and left out."""
@@ -102,8 +108,40 @@ class FederatedServer:
             failed=dict(replies.failures),
         )
 
+    def validate(self, engine: Engine, round_: int) -> float:
+        """Mean validation loss over the clients' held-out documents, weighted by their number.
+
+        Clients without validation documents answer with zero examples and are left out; a
+        non-finite answer is logged and left out, as a rejected update is.
+        """
+        replies = engine.broadcast(self.strategy.evaluation_instruction(round_))
+        total, n = 0.0, 0
+        for update in replies.updates:
+            value = update.metrics.get("validation_loss", float("nan"))
+            if update.num_examples == 0:
+                continue
+            if not math.isfinite(value) or update.num_examples < 0:
+                logger.warning(
+                    "%s round %d: client '%s' sent validation loss %r on %d documents; left out",
+                    self.name,
+                    round_,
+                    update.client_id,
+                    value,
+                    update.num_examples,
+                )
+                continue
+            total += value * update.num_examples
+            n += update.num_examples
+        for client, reason in replies.failures.items():
+            logger.warning("%s round %d: client '%s' failed validation: %s", self.name, round_, client, reason)
+        if n == 0:
+            raise NoUsableUpdates(f"{self.name} round {round_}: no client returned a usable validation loss")
+        return total / n
+
     def run(self, engine: Engine, progress: bool = True) -> list[RoundRecord]:
         """All rounds; returns (and keeps) the per-round history."""
+        every, patience = self.stopping.validation_every, self.stopping.patience
+        best_loss, best_state, waited = math.inf, None, 0
         bar = tqdm(
             range(self.stopping.max_rounds),
             desc=f"train {self.name}",
@@ -126,5 +164,31 @@ class FederatedServer:
                 )
                 self.stopped_early = True
                 break
+            if every and (round_ + 1) % every == 0:
+                record.validation_loss = self.validate(engine, round_)
+                if record.validation_loss < best_loss:
+                    best_loss, best_state, waited, self.best_round = (
+                        record.validation_loss,
+                        self.strategy.snapshot(),
+                        0,
+                        round_,
+                    )
+                else:
+                    waited += 1
+                bar.set_postfix(loss=f"{record.loss:.1f}", val=f"{record.validation_loss:.1f}")
+                if waited >= patience:
+                    logger.info(
+                        "%s: no lower validation loss in %d validations; stopping at round %d, keeping round %d "
+                        "(validation loss %.2f)",
+                        self.name,
+                        patience,
+                        round_,
+                        self.best_round,
+                        best_loss,
+                    )
+                    self.stopped_early = True
+                    break
         bar.close()
+        if best_state is not None:
+            self.strategy.restore(best_state)
         return self.history

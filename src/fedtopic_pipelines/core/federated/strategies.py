@@ -29,6 +29,12 @@ class Strategy(Protocol):
 
     def parameters(self) -> dict[str, torch.Tensor]: ...
 
+    def evaluation_instruction(self, round_: int) -> Instruction: ...
+
+    def snapshot(self) -> dict[str, torch.Tensor]: ...
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None: ...
+
 
 def make_optimizer(params, config: OptimizerConfig) -> torch.optim.Optimizer:
     """The server optimizer of eq. 3 (plain SGD) or Adam as in the CTM defaults."""
@@ -55,6 +61,17 @@ class FedSGD:
 
     def instruction(self, round_: int) -> Instruction:
         return Instruction(round_, self.parameters(), {"action": self.kind.value})
+
+    def evaluation_instruction(self, round_: int) -> Instruction:
+        """Ask clients to validate the global model: weights *and* BatchNorm running statistics."""
+        return Instruction(round_, self.snapshot(), {"action": "evaluate"})
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of the global model's full state (for keeping the best weights)."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state)
 
     def parameters(self) -> dict[str, torch.Tensor]:
         return {name: p.detach() for name, p in self.model.named_parameters()}

@@ -180,6 +180,44 @@ class ProdLDA(nn.Module):
         return F.softmax(mu, dim=1)
 
     @torch.no_grad()
+    def validation_loss(self, bow: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Per-document negative ELBO in eval mode, for early stopping.
+
+        As avitm's validation pass: BatchNorm with running statistics, no dropout, one
+        reparameterised sample (from ``generator``, so a fixed seed gives the same noise
+        at every validation and the comparison between validations reflects the weights).
+        """
+        was_training = self.training
+        self.eval()
+        bow = bow.to(self.beta.dtype)
+        mu, log_var = self.encode(bow, None, None)
+        eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+        theta = F.softmax(mu + eps * torch.exp(0.5 * log_var), dim=1)
+        rl = -torch.sum(bow * torch.log(self.decode(theta, None) + 1e-10), dim=1)
+        self.train(was_training)
+        return rl + self._kl(mu, log_var)
+
+    @torch.no_grad()
+    def sampled_doc_topic(self, bow: torch.Tensor, n_samples: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Document-topic proportions averaged over ``n_samples`` posterior draws (eval mode).
+
+        avitm's ``get_doc_topic_distribution`` (20 samples), which the gFedNTM synthetic
+        experiment used; ``n_samples=0`` gives :meth:`doc_topic` (the posterior mean).
+        """
+        if n_samples == 0:
+            return self.doc_topic(bow)
+        was_training = self.training
+        self.eval()
+        mu, log_var = self.encode(bow.to(self.beta.dtype), None, None)
+        sigma = torch.exp(0.5 * log_var)
+        total = torch.zeros_like(mu)
+        for _ in range(n_samples):
+            eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+            total += F.softmax(mu + eps * sigma, dim=1)
+        self.train(was_training)
+        return total / n_samples
+
+    @torch.no_grad()
     def word_distribution(self, bow: torch.Tensor) -> torch.Tensor:
         """Predicted word distribution of each document at its posterior mean (eval mode)."""
         was_training = self.training

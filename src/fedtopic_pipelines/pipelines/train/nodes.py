@@ -39,6 +39,8 @@ def train_models(
             "organisations": model.organisations,
             "steps": len(records),
             "stopped_early": model.stopped_early,
+            "best_step": None if model.best_round is None else model.best_round + 1,
+            "validation_loss": {r.round: r.validation_loss for r in records if r.validation_loss is not None},
             "loss": [r.loss for r in records],
             "kl": [r.kl for r in records],
             "reconstruction": [r.reconstruction for r in records],
