@@ -79,7 +79,7 @@ def test_consensus_reorders_terms_and_alignment_restores_the_generator_order() -
         ({"sweeps": {"A": {"parameter": "eta", "values": [0.0]}}}, r"synthetic\.generator\.eta"),
         ({"repetitions": 0}, r"synthetic\.repetitions"),
         ({"inference_samples": -1}, r"synthetic\.inference_samples"),
-        ({"train": {**TINY["train"], "validation_fraction": 1.0}}, r"train\.validation_fraction"),
+        ({"train": {**TINY["train"], "validation_fraction": 1.0}}, r"'synthetic\.train': .*validation_fraction"),
         ({"colour": "red"}, r"synthetic\.colour"),
     ],
 )

@@ -69,7 +69,10 @@ class SyntheticExperimentConfig:
         raw = dict(raw)
         generator = from_mapping(SyntheticGeneratorConfig, raw.pop("generator", None), "synthetic.generator")
         consensus = from_mapping(ConsensusConfig, raw.pop("consensus", None), "synthetic.consensus")
-        train = TrainConfig.from_params(raw.pop("train", {}))
+        try:
+            train = TrainConfig.from_params(raw.pop("train", {}))
+        except ConfigError as exc:  # its messages say 'train.x'; here the block is 'synthetic.train'
+            raise ConfigError(f"in block 'synthetic.train': {exc}") from exc
         sweep = parse_sweep(raw.pop("sweep", "A"), raw.pop("sweeps", None), raw.pop("repetitions", 10))
         base = from_mapping(cls, raw, "synthetic")
         config = dataclasses.replace(base, generator=generator, consensus=consensus, train=train, sweep=sweep)
