@@ -81,8 +81,17 @@ def test_consensus_reorders_terms_and_alignment_restores_the_generator_order() -
         ({"inference_samples": -1}, r"synthetic\.inference_samples"),
         ({"train": {**TINY["train"], "validation_fraction": 1.0}}, r"'synthetic\.train': .*validation_fraction"),
         ({"colour": "red"}, r"synthetic\.colour"),
+        ({"sweeps": {"A": {"parameter": "n_shared", "values": [2], "scenarios": ["fed"]}}}, r"sweeps\.A\.scenarios"),
     ],
 )
 def test_bad_sweep_parameters_are_named_before_any_training(change: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         SyntheticExperimentConfig.from_params({**TINY, **change})
+
+
+def test_a_sweep_can_train_only_some_scenarios() -> None:
+    config = SyntheticExperimentConfig.from_params(
+        {**TINY, "sweeps": {"A": {"parameter": "n_shared", "values": [2], "scenarios": ["federated"]}}}
+    )
+    result = run_point(config, config.points()[0], progress=False)
+    assert [r["model"] for r in result.rows] == ["federated"]

@@ -321,9 +321,14 @@ class SweepConfig:
     parameter: str = "n_shared"
     values: tuple[float, ...] = (5, 10, 15, 30, 40)
     repetitions: int = 10
+    scenarios: tuple[str, ...] | None = None  # null: train.scenarios
 
     def __post_init__(self) -> None:
         where = f"synthetic.sweeps.{self.name}"
+        for scenario in self.scenarios or ():
+            choice(f"{where}.scenarios", scenario, SCENARIOS)
+        if self.scenarios is not None and not self.scenarios:
+            raise ConfigError(f"parameter '{where}.scenarios' is empty; omit it to use 'synthetic.train.scenarios'")
         choice(f"{where}.parameter", self.parameter, SWEEP_PARAMETERS)
         if not self.values:
             raise ConfigError(f"parameter '{where}.values' is empty: give at least one value to sweep")

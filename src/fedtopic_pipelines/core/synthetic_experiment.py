@@ -98,7 +98,7 @@ def parse_sweep(name: Any, sweeps: Mapping[str, Any] | None, repetitions: Any) -
         raise ConfigError(f"parameter 'synthetic.sweep' is {name!r}; expected one of {sorted(sweeps)}")
     block = dict(sweeps[name] or {})
     if "name" in block or "repetitions" in block:
-        raise ConfigError(f"parameter 'synthetic.sweeps.{name}' takes only 'parameter' and 'values'")
+        raise ConfigError(f"parameter 'synthetic.sweeps.{name}' takes only 'parameter', 'values' and 'scenarios'")
     block.update(name=str(name), repetitions=repetitions)
     if not isinstance(repetitions, int):
         raise ConfigError(f"parameter 'synthetic.repetitions' must be an integer, got {repetitions!r}")
@@ -178,7 +178,9 @@ def run_point(config: SyntheticExperimentConfig, point: SweepPoint, progress: bo
     corpus = generate(generator_config)
     timings["generate_s"] = time.perf_counter() - start
     vocabulary, train, validation = consensus_matrices(corpus, config.consensus)
-    train_config = dataclasses.replace(config.train, seed=seed)
+    train_config = dataclasses.replace(
+        config.train, seed=seed, scenarios=config.sweep.scenarios or config.train.scenarios
+    )
     start = time.perf_counter()
     models = train_scenarios(train, train_config, progress=progress)
     timings["train_s"] = time.perf_counter() - start
