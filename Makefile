@@ -13,7 +13,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: install run test lint bench repro clean-data
+.PHONY: install run test lint bench bench-synthetic repro clean-data
 
 install: $(STAMP) $(DEMO_WHEEL) .dvc/analytics-off
 
@@ -48,6 +48,9 @@ repro: install
 
 bench: install
 	$(BIN)/python bench/bench_training.py
+
+bench-synthetic: install   # one full-scale point of the synthetic experiment (tens of minutes on 2 cores)
+	$(BIN)/python bench/bench_synthetic.py
 
 clean-data:
 	find data -type f ! -name .gitkeep -delete

@@ -1,0 +1,119 @@
+"""Diagnostic: does BatchNorm grouping explain the federated / centralized gap on synthetic data?
+
+The centralized trainer takes L x 64 pooled documents per step in L ghost batches of mixed
+organisations. This script trains it a second time on exactly the same documents per step,
+with each step's documents sorted by organisation before cutting the ghost batches. The
+ghost batches are then (almost) organisation-pure, as a FedSGD client's batch is. Nothing
+else changes: the same sampler, the same noise, the same steps. If the regrouped model
+scores like the federated one, the gap comes from which documents share a BatchNorm batch.
+
+    .venv/bin/python bench/diagnose_batchnorm_grouping.py [--env reduced] [--n-shared 10] [--repetitions 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import yaml
+
+from fedtopic_pipelines.core.federated.batching import GhostBatchSource, derive_seed
+from fedtopic_pipelines.core.federated.client import GradientClient
+from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.server import FederatedServer
+from fedtopic_pipelines.core.federated.strategies import FedSGD
+from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss
+from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.synthetic import generate
+from fedtopic_pipelines.core.synthetic_experiment import (
+    SweepPoint,
+    SyntheticExperimentConfig,
+    consensus_matrices,
+    infer_theta,
+)
+from fedtopic_pipelines.core.training import TrainedModel, hold_out, resolve_device, stopping_rule
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class GroupedGhostBatchSource(GhostBatchSource):
+    """The same rows per step as :class:`GhostBatchSource`, sorted by organisation before the cut."""
+
+    def __init__(self, *args, organisation: np.ndarray, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.organisation = organisation
+
+    def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
+        rows = self.sampler.next_indices()
+        rows = rows[np.argsort(self.organisation[rows], kind="stable")]
+        n_ghosts = max(1, min(len(self.noises), len(rows) // 2))
+        return [
+            (torch.from_numpy(self.matrix[part].toarray()).to(self.device), noise)
+            for part, noise in zip(np.array_split(rows, n_ghosts), self.noises, strict=False)
+        ]
+
+
+def load_config(env: str | None) -> SyntheticExperimentConfig:
+    raw = yaml.safe_load((ROOT / "conf/base/parameters_synthetic.yml").read_text())["synthetic"]
+    if env:
+        override = yaml.safe_load((ROOT / f"conf/{env}/parameters.yml").read_text())["synthetic"]
+        for key, value in override.items():
+            raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
+    return SyntheticExperimentConfig.from_params(raw)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="reduced")
+    parser.add_argument("--n-shared", type=int, default=10)
+    parser.add_argument("--repetitions", type=int, default=1)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    config = load_config(args.env)
+    print("| repetition | ghost batches | steps | DSS | TSS |")
+    print("| --- | --- | --- | --- | --- |")
+    for rep in range(args.repetitions):
+        point = SweepPoint("n_shared", args.n_shared, rep)
+        seed = point.seed(config)
+        corpus = generate(point.generator_config(config))
+        vocabulary, train, validation = consensus_matrices(corpus, config.consensus)
+        train_config = dataclasses.replace(config.train, seed=seed)
+        fit, held = hold_out(train, train_config.validation_fraction, seed)
+        orgs = list(fit)
+        pooled = sp.vstack([fit[o] for o in orgs]).tocsr()
+        organisation = np.concatenate([np.full(fit[o].shape[0], i) for i, o in enumerate(orgs)])
+        pooled_held = sp.vstack([held[o] for o in orgs]).tocsr()
+        device = resolve_device(train_config.device)
+        bs, n = train_config.batch_size, len(orgs)
+        theta_true = np.vstack([corpus.organisations[o].theta_validation for o in orgs])
+        all_validation = sp.vstack([validation[o] for o in orgs]).tocsr()
+        for label, cls, extra in (
+            ("mixed (as trained)", GhostBatchSource, {}),
+            ("sorted by organisation", GroupedGhostBatchSource, {"organisation": organisation}),
+        ):
+            source = cls(pooled, bs, n, derive_seed(seed, 1000), device, **extra)
+            model = ProdLDA.create(pooled.shape[1], train_config.model, seed).to(device)
+            client = GradientClient(
+                "server",
+                ProdLDA.create(pooled.shape[1], train_config.model, seed).to(device),
+                [source],
+                pooled_held,
+                derive_seed(seed, 2000, 1000),
+            )
+            rule = stopping_rule(train_config, int(np.ceil(pooled.shape[0] / (bs * n))), True)
+            server = FederatedServer(FedSGD(model, train_config.optimizer), rule, name=label)
+            history = server.run(InProcessEngine([client]), progress=False)
+            state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            trained = TrainedModel(label, "centralized", orgs, pooled.shape[1], train_config, state, history)
+            theta = infer_theta(trained, all_validation, config.inference_samples, derive_seed(seed, 5000))
+            beta = align_topics(trained.to_model("cpu").topic_word().double().numpy(), vocabulary, corpus.vocabulary)
+            print(f"| {rep} | {label} | {len(history)} | {dss(theta_true, theta):.1f} | {tss(corpus.beta, beta):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
