@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-import torch
-import yaml
+from kedro.framework.startup import bootstrap_project
 
 from fedtopic_pipelines.core.federated.batching import GhostBatchSource, derive_seed
 from fedtopic_pipelines.core.federated.client import GradientClient
@@ -37,34 +36,22 @@ from fedtopic_pipelines.core.synthetic_experiment import (
     infer_theta,
 )
 from fedtopic_pipelines.core.training import TrainedModel, hold_out, resolve_device, stopping_rule
+from fedtopic_pipelines.pipeline_registry import project_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class GroupedGhostBatchSource(GhostBatchSource):
-    """The same rows per step as :class:`GhostBatchSource`, sorted by organisation before the cut."""
+class SortedByOrganisation:
+    """Wraps a source's epoch sampler: the same rows per step, sorted by organisation, so the
+    ghost-batch cut that follows gives (nearly) organisation-pure batches."""
 
-    def __init__(self, *args, organisation: np.ndarray, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, sampler, organisation: np.ndarray) -> None:
+        self.sampler = sampler
         self.organisation = organisation
 
-    def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
+    def next_indices(self) -> np.ndarray:
         rows = self.sampler.next_indices()
-        rows = rows[np.argsort(self.organisation[rows], kind="stable")]
-        n_ghosts = max(1, min(len(self.noises), len(rows) // 2))
-        return [
-            (torch.from_numpy(self.matrix[part].toarray()).to(self.device), noise)
-            for part, noise in zip(np.array_split(rows, n_ghosts), self.noises, strict=False)
-        ]
-
-
-def load_config(env: str | None) -> SyntheticExperimentConfig:
-    raw = yaml.safe_load((ROOT / "conf/base/parameters_synthetic.yml").read_text())["synthetic"]
-    if env:
-        override = yaml.safe_load((ROOT / f"conf/{env}/parameters.yml").read_text())["synthetic"]
-        for key, value in override.items():
-            raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
-    return SyntheticExperimentConfig.from_params(raw)
+        return rows[np.argsort(self.organisation[rows], kind="stable")]
 
 
 def main() -> None:
@@ -74,7 +61,8 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=1)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    config = load_config(args.env)
+    bootstrap_project(ROOT)  # the project's settings (soft merge of environments) for project_parameters
+    config = SyntheticExperimentConfig.from_params(project_parameters(ROOT, args.env)["synthetic"])
     print("| repetition | ghost batches | steps | DSS | TSS |")
     print("| --- | --- | --- | --- | --- |")
     for rep in range(args.repetitions):
@@ -92,11 +80,10 @@ def main() -> None:
         bs, n = train_config.batch_size, len(orgs)
         theta_true = np.vstack([corpus.organisations[o].theta_validation for o in orgs])
         all_validation = sp.vstack([validation[o] for o in orgs]).tocsr()
-        for label, cls, extra in (
-            ("mixed (as trained)", GhostBatchSource, {}),
-            ("sorted by organisation", GroupedGhostBatchSource, {"organisation": organisation}),
-        ):
-            source = cls(pooled, bs, n, derive_seed(seed, 1000), device, **extra)
+        for label in ("mixed (as trained)", "sorted by organisation"):
+            source = GhostBatchSource(pooled, bs, n, derive_seed(seed, 1000), device)
+            if label.startswith("sorted"):
+                source.sampler = SortedByOrganisation(source.sampler, organisation)
             model = ProdLDA.create(pooled.shape[1], train_config.model, seed).to(device)
             client = GradientClient(
                 "server",

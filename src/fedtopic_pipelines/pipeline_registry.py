@@ -24,7 +24,11 @@ CORPORA = ("demo", "table")
 
 
 def project_parameters(project_path: Path | None = None, env: str | None = None) -> dict:
-    """Parameters of the environment ``env`` (default: ``KEDRO_ENV``, else ``local``) over ``base``."""
+    """Parameters of the environment ``env`` (default: ``KEDRO_ENV``, else ``local``) over ``base``.
+
+    Uses the project's settings (soft merge): inside a Kedro session, or after
+    ``bootstrap_project`` in a script; otherwise Kedro's defaults replace whole blocks.
+    """
     conf = (project_path or Path.cwd()) / settings.CONF_SOURCE
     loader = OmegaConfigLoader(str(conf), env=env or os.getenv("KEDRO_ENV"), **settings.CONFIG_LOADER_ARGS)
     return loader["parameters"]

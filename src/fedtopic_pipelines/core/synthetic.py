@@ -47,10 +47,6 @@ class SyntheticCorpus:
     beta: np.ndarray  # K x V true topic-word distributions
     organisations: dict[str, SyntheticOrganisation]
 
-    @property
-    def shared_topics(self) -> np.ndarray:
-        return np.arange(self.config.n_shared)
-
 
 def organisation_names(n: int) -> list[str]:
     """``org1`` ... ``orgL``: the synthetic organisations' names."""

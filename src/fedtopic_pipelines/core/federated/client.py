@@ -15,7 +15,7 @@ from torch import nn
 
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource
-from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
+from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
 
 
 class Client(Protocol):
@@ -33,7 +33,6 @@ def load_parameters(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
             param.copy_(state[name])
 
 
-EVALUATE = "evaluate"
 VALIDATION_CHUNK = 1024
 
 

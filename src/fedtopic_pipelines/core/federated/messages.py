@@ -23,6 +23,9 @@ class UpdateKind(StrEnum):
     METRICS = "metrics"  # evaluation only: scalar metrics on local validation documents, no tensors
 
 
+EVALUATE = "evaluate"  # Instruction.config["action"]: validate the broadcast state, send only metrics
+
+
 @dataclass(frozen=True)
 class Instruction:
     """Server -> client: the global state at ``round`` and what to compute on it."""

@@ -13,7 +13,7 @@ from torch import nn
 
 from fedtopic_pipelines.core.config import OptimizerConfig
 from fedtopic_pipelines.core.federated.aggregation import UpdateRejected, validate_update, weighted_mean
-from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
+from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
 
 
 class Strategy(Protocol):
@@ -64,7 +64,7 @@ class FedSGD:
 
     def evaluation_instruction(self, round_: int) -> Instruction:
         """Ask clients to validate the global model: weights *and* BatchNorm running statistics."""
-        return Instruction(round_, self.snapshot(), {"action": "evaluate"})
+        return Instruction(round_, self.snapshot(), {"action": EVALUATE})
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """A copy of the global model's full state (for keeping the best weights)."""

@@ -18,7 +18,9 @@ of the mean loss over the concatenated batch.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -146,14 +148,25 @@ class ProdLDA(nn.Module):
         if bow.shape[0] < 2:
             raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
         stats: dict[str, torch.Tensor] = {}
+        rl, kl = self._negative_elbo(bow, generator, stats)
+        return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, bow.shape[0])
+
+    def _negative_elbo(
+        self, bow: torch.Tensor, generator: torch.Generator | None, stats: dict[str, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-document reconstruction and KL terms from one reparameterised sample.
+
+        Dropout (encoder and theta) applies in training mode only; in eval mode BatchNorm
+        uses its running statistics, so this is also avitm's validation pass.
+        """
         mu, log_var = self.encode(bow, generator, stats)
         eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
         theta = F.softmax(mu + eps * torch.exp(0.5 * log_var), dim=1)
-        theta = _dropout(theta, self.config.dropout, generator)
+        if self.training:
+            theta = _dropout(theta, self.config.dropout, generator)
         word_dist = self.decode(theta, stats)
         rl = -torch.sum(bow * torch.log(word_dist + 1e-10), dim=1)
-        kl = self._kl(mu, log_var)
-        return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, bow.shape[0])
+        return rl, self._kl(mu, log_var)
 
     def statistics_shapes(self) -> dict[str, torch.Size]:
         """Names and shapes of the batch statistics a training step returns."""
@@ -170,13 +183,21 @@ class ProdLDA(nn.Module):
         for name in ("mu_bn", "sigma_bn", "beta_bn"):
             getattr(self, name).update(statistics[f"{name}.mean"], statistics[f"{name}.var"])
 
+    @contextlib.contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        """Eval mode (running BatchNorm statistics, no dropout) for the block, then back."""
+        was_training = self.training
+        self.eval()
+        try:
+            yield
+        finally:
+            self.train(was_training)
+
     @torch.no_grad()
     def doc_topic(self, bow: torch.Tensor) -> torch.Tensor:
         """Document-topic proportions at the posterior mean (eval mode, deterministic)."""
-        was_training = self.training
-        self.eval()
-        mu, _ = self.encode(bow, None, None)
-        self.train(was_training)
+        with self._eval_mode():
+            mu, _ = self.encode(bow, None, None)
         return F.softmax(mu, dim=1)
 
     @torch.no_grad()
@@ -187,15 +208,9 @@ class ProdLDA(nn.Module):
         reparameterised sample (from ``generator``, so a fixed seed gives the same noise
         at every validation and the comparison between validations reflects the weights).
         """
-        was_training = self.training
-        self.eval()
-        bow = bow.to(self.beta.dtype)
-        mu, log_var = self.encode(bow, None, None)
-        eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
-        theta = F.softmax(mu + eps * torch.exp(0.5 * log_var), dim=1)
-        rl = -torch.sum(bow * torch.log(self.decode(theta, None) + 1e-10), dim=1)
-        self.train(was_training)
-        return rl + self._kl(mu, log_var)
+        with self._eval_mode():
+            rl, kl = self._negative_elbo(bow.to(self.beta.dtype), generator, None)
+        return rl + kl
 
     @torch.no_grad()
     def sampled_doc_topic(self, bow: torch.Tensor, n_samples: int, generator: torch.Generator | None) -> torch.Tensor:
@@ -206,25 +221,20 @@ class ProdLDA(nn.Module):
         """
         if n_samples == 0:
             return self.doc_topic(bow)
-        was_training = self.training
-        self.eval()
-        mu, log_var = self.encode(bow.to(self.beta.dtype), None, None)
+        with self._eval_mode():
+            mu, log_var = self.encode(bow.to(self.beta.dtype), None, None)
         sigma = torch.exp(0.5 * log_var)
         total = torch.zeros_like(mu)
         for _ in range(n_samples):
             eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
             total += F.softmax(mu + eps * sigma, dim=1)
-        self.train(was_training)
         return total / n_samples
 
     @torch.no_grad()
     def word_distribution(self, bow: torch.Tensor) -> torch.Tensor:
         """Predicted word distribution of each document at its posterior mean (eval mode)."""
-        was_training = self.training
-        self.eval()
-        out = self.decode(self.doc_topic(bow.to(self.beta.dtype)), None)
-        self.train(was_training)
-        return out
+        with self._eval_mode():
+            return self.decode(self.doc_topic(bow.to(self.beta.dtype)), None)
 
     @torch.no_grad()
     def topic_word(self) -> torch.Tensor:
