@@ -74,7 +74,7 @@ def test_smoke_run_writes_metrics_and_figure(smoke_run: Path) -> None:
         assert metrics["models"]["federated"]["organisations"][org]["perplexity"] > 1
     assert metrics["models"]["federated"]["organisations"]["misc_forsale"]["macro_f1"] is None  # one newsgroup
     assert (smoke_run / "data/08_reporting/scenario_comparison.png").stat().st_size > 10_000
-    report = json.loads((smoke_run / "data/08_reporting/ingestion.json").read_text())
+    report = json.loads((smoke_run / "data/08_reporting/ingestion_demo.json").read_text())
     assert report["kept"]["computers"] == {"train": 150, "test": 60}
 
 
@@ -89,6 +89,7 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     assert run.data.params["train.model.n_topics"] == "5"
     assert run.data.params["vocab_consensus.merge"] == "union"
     assert "eval.scenario.federated.c_npmi" in run.data.metrics
+    assert run.data.metrics["ingest.kept.computers.train"] == 150
     history = client.get_metric_history(run.info.run_id, "train.federated.loss")
     assert [m.step for m in history] == [0, 5, 10, 15, 20, 25, 29]
     assert len(client.get_metric_history(run.info.run_id, "train.federated.client.science.loss")) == 7
@@ -98,7 +99,7 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
         "topics.json",
         "metrics.json",
         "training_history.json",
-        "ingestion.json",
+        "ingestion_demo.json",
     } <= artifacts
 
 

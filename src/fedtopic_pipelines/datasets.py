@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from kedro.io import AbstractDataset, DatasetError
 
+from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.text.corpus import SourceTable, load_table
 from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
 
@@ -48,6 +52,101 @@ class DocumentTableDataset(AbstractDataset[None, SourceTable]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath)}
+
+
+class ParquetShardsDataset(AbstractDataset[pd.DataFrame | ShardedTable, ShardedTable]):
+    """A folder of Parquet shards (``part-00000.parquet`` ...), loaded as a lazy :class:`ShardedTable`.
+
+    Saving a DataFrame writes one shard. Saving a ShardedTable places its shards in the
+    folder in order: a staged (temporary) table is moved; shards that must stay where
+    they are (an ingestion's resumable work folder) are hard-linked, or copied across
+    file systems. Earlier shards are removed first, so the folder is exactly the table.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = Path(path)
+
+    def _load(self) -> ShardedTable:
+        if not self._path.is_dir():
+            raise DatasetError(f"no shards at '{self._path}': run the pipeline that writes it first")
+        return ShardedTable.from_directory(self._path)
+
+    def _save(self, data: pd.DataFrame | ShardedTable) -> None:
+        self._path.mkdir(parents=True, exist_ok=True)
+        for old in self._path.glob("*.parquet"):
+            old.unlink()
+        if isinstance(data, pd.DataFrame):
+            write_parquet_atomic(data, self._path / "part-00000.parquet")
+            return
+        for i, source in enumerate(data.paths):
+            target = self._path / f"part-{i:05d}.parquet"
+            if data.staging is not None:
+                shutil.move(source, target)
+            else:
+                try:
+                    os.link(source, target)
+                except OSError:
+                    shutil.copyfile(source, target)
+        data.discard()
+
+    def _exists(self) -> bool:
+        return self._path.is_dir() and any(self._path.glob("*.parquet"))
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path)}
+
+
+class InputFilesDataset(AbstractDataset[None, list[Path]]):
+    """Read-only: the input files of a streaming ingestion (paths only; the pipeline streams them).
+
+    ``fallback: gensim_wikipedia`` names gensim's real Wikipedia fragment when the folder
+    holds no matching file, so the Wikipedia pipeline runs out of the box.
+    """
+
+    def __init__(self, path: str, pattern: str, fallback: str | None = None) -> None:
+        self._path = Path(path)
+        self._pattern = pattern
+        if fallback not in (None, "gensim_wikipedia"):
+            raise DatasetError(f"InputFilesDataset: unknown fallback {fallback!r}; use gensim_wikipedia or null")
+        self._fallback = fallback
+
+    def _load(self) -> list[Path]:
+        from fedtopic_pipelines.core.ingest.wikipedia import find_dumps
+        from fedtopic_pipelines.core.text.demo import CorpusError
+
+        try:
+            if self._fallback == "gensim_wikipedia":
+                return find_dumps(self._path, self._pattern, fallback=True)
+            files = sorted(p for p in self._path.glob(self._pattern) if p.is_file())
+        except CorpusError as exc:
+            raise DatasetError(str(exc)) from exc
+        return files
+
+    def _save(self, data: None) -> None:
+        raise DatasetError("InputFilesDataset is read-only")
+
+    def _exists(self) -> bool:
+        return self._path.is_dir() or self._fallback is not None
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path), "pattern": self._pattern, "fallback": self._fallback}
+
+
+class WorkFolderDataset(AbstractDataset[None, Path]):
+    """Read-only: the folder where a resumable ingestion keeps its shards and unit markers."""
+
+    def __init__(self, path: str) -> None:
+        self._path = Path(path)
+
+    def _load(self) -> Path:
+        self._path.mkdir(parents=True, exist_ok=True)
+        return self._path
+
+    def _save(self, data: None) -> None:
+        raise DatasetError("WorkFolderDataset is read-only")
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path)}
 
 
 class MlflowNestedRunsDataset(AbstractDataset[dict[str, Any], None]):

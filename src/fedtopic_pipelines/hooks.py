@@ -12,8 +12,11 @@ from fedtopic_pipelines.core.config import (
     ConsensusConfig,
     EvaluateConfig,
     IngestDemoConfig,
+    IngestS2orcConfig,
     IngestTableConfig,
+    IngestWikipediaConfig,
     PreprocessConfig,
+    SyntheticGeneratorConfig,
     from_mapping,
 )
 from fedtopic_pipelines.core.synthetic_experiment import SyntheticExperimentConfig
@@ -45,6 +48,12 @@ class ValidateParametersHook:
                 )
         from_mapping(IngestDemoConfig, params.get("ingest_demo"), "ingest_demo")
         from_mapping(IngestTableConfig, params.get("ingest_table"), "ingest_table")
+        from_mapping(IngestWikipediaConfig, params.get("ingest_wikipedia"), "ingest_wikipedia")
+        from_mapping(IngestS2orcConfig, params.get("ingest_s2orc"), "ingest_s2orc")
+        synthetic_corpus = dict(params.get("ingest_synthetic") or {})
+        from_mapping(SyntheticGeneratorConfig, synthetic_corpus.pop("generator", None), "ingest_synthetic.generator")
+        if synthetic_corpus:
+            raise ConfigError(f"unknown parameter(s) {[f'ingest_synthetic.{k}' for k in synthetic_corpus]}")
         from_mapping(PreprocessConfig, params.get("preprocess"), "preprocess")
         from_mapping(ConsensusConfig, params.get("vocab_consensus"), "vocab_consensus")
         parse_train_params(params.get("train") or {})

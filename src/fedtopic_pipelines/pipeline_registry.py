@@ -13,14 +13,17 @@ from fedtopic_pipelines.core.config import ConfigError, choice
 from fedtopic_pipelines.pipelines import (
     evaluate,
     ingest_demo,
+    ingest_s2orc,
+    ingest_synthetic,
     ingest_table,
+    ingest_wikipedia,
     preprocess,
     synthetic,
     train,
     vocab_consensus,
 )
 
-CORPORA = ("demo", "table")
+CORPORA = ("demo", "wikipedia", "s2orc", "table", "synthetic")
 
 
 def project_parameters(project_path: Path | None = None, env: str | None = None) -> dict:
@@ -50,17 +53,44 @@ def organisations_of(params: dict) -> list[str]:
     return orgs
 
 
+def rule_organisations(params: dict, block: str) -> list[str]:
+    """The organisations an ingestion's rules define (the keys of ``<block>.organisations``)."""
+    rules = (params.get(block) or {}).get("organisations") or {}
+    if not isinstance(rules, dict) or not rules:
+        raise ConfigError(f"parameter '{block}.organisations' must map each organisation to its rules")
+    return organisations_of({"organisations": list(rules)})
+
+
+def corpus_organisations(params: dict, corpus: str) -> list[str]:
+    """``organisations``, checked against what the corpus's ingestion produces."""
+    orgs = organisations_of(params)
+    if corpus in ("wikipedia", "s2orc"):
+        produced = rule_organisations(params, f"ingest_{corpus}")
+        if produced != orgs:
+            raise ConfigError(
+                f"parameter 'organisations' {orgs} must equal the organisations of "
+                f"'ingest_{corpus}.organisations' {produced} (same names, same order) for corpus '{corpus}'"
+            )
+    return orgs
+
+
 def register_pipelines() -> dict[str, Pipeline]:
     """``__default__`` chains ingestion of the configured corpus, preprocessing, consensus, training, evaluation.
+
+    ``corpus`` (demo | wikipedia | s2orc | table | synthetic) picks which ingestion feeds
+    the chain (``ingest`` is its alias); every ``ingest_<corpus>`` also runs on its own.
 
     ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
     """
     params = project_parameters()
-    orgs = organisations_of(params)
     corpus = choice("corpus", str(params.get("corpus", "demo")), CORPORA)
+    orgs = corpus_organisations(params, corpus)
     pipelines = {
         "ingest_demo": ingest_demo.create_pipeline(orgs),
         "ingest_table": ingest_table.create_pipeline(orgs),
+        "ingest_wikipedia": ingest_wikipedia.create_pipeline(rule_organisations(params, "ingest_wikipedia")),
+        "ingest_s2orc": ingest_s2orc.create_pipeline(rule_organisations(params, "ingest_s2orc")),
+        "ingest_synthetic": ingest_synthetic.create_pipeline(orgs),
         "preprocess": preprocess.create_pipeline(orgs),
         "vocab_consensus": vocab_consensus.create_pipeline(orgs),
         "train": train.create_pipeline(orgs),

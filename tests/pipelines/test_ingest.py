@@ -40,7 +40,7 @@ def test_ingest_demo_slice(demo_corpus) -> None:
         assert list(table.columns) == ["doc_id", "organisation", "text", "label", "split"]
         assert len(table) == 25 and (table["organisation"] == org).all()
     assert set(out["clients.computers.raw_documents"]["label"].str.split(".").str[0]) == {"comp"}
-    report = out["ingestion_report"]
+    report = out["ingestion_report_demo"]
     assert report["documents_read"] == 18821
     assert report["dropped"]["over_max_documents"] == 18821 - 5 * 25
 
@@ -71,5 +71,5 @@ def test_ingest_table_slice() -> None:
         },
     )
     assert out["clients.a.raw_documents"]["text"].tolist() == ["rocket"]
-    assert out["ingestion_report"]["dropped"] == {"no_configured_organisation": 1}
-    assert out["ingestion_report"]["skipped"][0]["line"] == 3
+    assert out["ingestion_report_table"]["dropped"] == {"no_configured_organisation": 1}
+    assert out["ingestion_report_table"]["skipped"][0]["line"] == 3

@@ -94,6 +94,76 @@ class IngestTableConfig:
         _check_max_documents("ingest_table", self.max_documents)
 
 
+MULTI_MATCH_POLICIES = ("first", "all", "drop")
+
+
+def _check_streaming(where: str, test_fraction: float, processes: int | None, cap: int | None, cap_name: str) -> None:
+    if not 0.0 <= test_fraction < 1.0:
+        raise ConfigError(f"parameter '{where}.test_fraction' must be in [0, 1)")
+    if processes is not None and (not isinstance(processes, int) or processes < 1):
+        raise ConfigError(f"parameter '{where}.processes' must be a positive integer or null (all cores)")
+    if cap is not None and (not isinstance(cap, int) or cap < 1):
+        raise ConfigError(f"parameter '{where}.{cap_name}' must be a positive integer or null")
+
+
+def _check_rules(where: str, rules: Mapping[str, Any]) -> None:
+    if not rules:
+        raise ConfigError(f"parameter '{where}.organisations' is empty: give each organisation its rules")
+    for org, patterns in rules.items():
+        if not patterns or isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
+            raise ConfigError(f"parameter '{where}.organisations.{org}' must be a non-empty list of strings")
+
+
+@dataclass(frozen=True)
+class IngestWikipediaConfig:
+    """Wikipedia dumps: category rules per organisation and how the stream is cut into work units.
+
+    A rule is a keyword (case-insensitive, matched as a whole word inside a category
+    name) or ``re:<regex>`` (case-insensitive ``re.search`` on the category name).
+    """
+
+    organisations: Mapping[str, Any] = field(default_factory=dict)
+    multi_match: str = "all"
+    max_articles: int | None = None
+    test_fraction: float = 0.2
+    seed: int = 42
+    processes: int | None = None
+    unit_mib: float = 8.0
+
+    def __post_init__(self) -> None:
+        _check_rules("ingest_wikipedia", self.organisations)
+        choice("ingest_wikipedia.multi_match", self.multi_match, MULTI_MATCH_POLICIES)
+        _check_streaming("ingest_wikipedia", self.test_fraction, self.processes, self.max_articles, "max_articles")
+        if not isinstance(self.unit_mib, (int, float)) or not self.unit_mib > 0:
+            raise ConfigError("parameter 'ingest_wikipedia.unit_mib' must be a number > 0")
+
+
+@dataclass(frozen=True)
+class IngestS2orcConfig:
+    """S2ORC shards: fields of study per organisation and the textual fields joined into a document."""
+
+    organisations: Mapping[str, Any] = field(default_factory=dict)
+    text_fields: tuple[str, ...] = ("title", "abstract", "body_text")
+    multi_match: str = "all"
+    max_documents: int | None = None
+    test_fraction: float = 0.2
+    seed: int = 42
+    processes: int | None = None
+    shard_documents: int = 20000
+
+    def __post_init__(self) -> None:
+        _check_rules("ingest_s2orc", self.organisations)
+        choice("ingest_s2orc.multi_match", self.multi_match, MULTI_MATCH_POLICIES)
+        _check_streaming("ingest_s2orc", self.test_fraction, self.processes, self.max_documents, "max_documents")
+        unknown = sorted(set(self.text_fields) - {"title", "abstract", "body_text"})
+        if not self.text_fields or unknown:
+            raise ConfigError(
+                f"parameter 'ingest_s2orc.text_fields' must list some of title, abstract, body_text; got {unknown}"
+            )
+        if not isinstance(self.shard_documents, int) or self.shard_documents < 1:
+            raise ConfigError("parameter 'ingest_s2orc.shard_documents' must be a positive integer")
+
+
 @dataclass(frozen=True)
 class PreprocessConfig:
     """Per-organisation text cleaning (runs inside each organisation)."""
@@ -103,9 +173,16 @@ class PreprocessConfig:
     stopwords: str = "sklearn"
     min_df: int = 2
     max_df: float = 0.5
+    alphabetic_only: bool = True
+    processes: int | None = None
+    chunk_documents: int = 2000
 
     def __post_init__(self) -> None:
-        choice("preprocess.tokenizer", self.tokenizer, ("regexp", "wordpunct", "toktok"))
+        choice("preprocess.tokenizer", self.tokenizer, ("regexp", "wordpunct", "toktok", "whitespace"))
+        if self.processes is not None and (not isinstance(self.processes, int) or self.processes < 1):
+            raise ConfigError("parameter 'preprocess.processes' must be a positive integer or null (all cores)")
+        if not isinstance(self.chunk_documents, int) or self.chunk_documents < 1:
+            raise ConfigError("parameter 'preprocess.chunk_documents' must be a positive integer")
         choice("preprocess.stopwords", self.stopwords, ("sklearn", "gensim", "both", "none"))
         if self.min_token_length < 1:
             raise ConfigError("parameter 'preprocess.min_token_length' must be >= 1")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from nltk.tokenize import RegexpTokenizer, ToktokTokenizer, wordpunct_tokenize
 
@@ -32,7 +33,9 @@ def stopword_set(source: str) -> frozenset[str]:
 
 
 def _tokenizer(name: str):
-    # All three work without NLTK data packages (punkt cannot be downloaded here).
+    # All work without NLTK data packages (punkt cannot be downloaded here).
+    if name == "whitespace":
+        return str.split
     if name == "regexp":
         return RegexpTokenizer(r"[^\W_]+").tokenize
     if name == "toktok":
@@ -41,15 +44,21 @@ def _tokenizer(name: str):
 
 
 def tokenize_documents(texts: Iterable[str], config: PreprocessConfig) -> list[list[str]]:
-    """Lowercase, tokenise, drop stopwords, numbers and short tokens."""
+    """Lowercase, tokenise, drop stopwords, short tokens and (``alphabetic_only``) tokens with digits."""
     tokenize = _tokenizer(config.tokenizer)
-    stop = stopword_set(config.stopwords) if config.stopwords != "none" else frozenset()
+    stop = _stopwords(config.stopwords)
     min_len = config.min_token_length
+    alpha = config.alphabetic_only
     out: list[list[str]] = []
     for text in texts:
         tokens = tokenize(str(text).lower())
-        out.append([t for t in tokens if len(t) >= min_len and t.isalpha() and t not in stop])
+        out.append([t for t in tokens if len(t) >= min_len and (t.isalpha() or not alpha) and t not in stop])
     return out
+
+
+@lru_cache(maxsize=4)
+def _stopwords(source: str) -> frozenset[str]:
+    return stopword_set(source) if source != "none" else frozenset()
 
 
 def document_frequency_vocabulary(docs: Sequence[list[str]], min_df: int, max_df: float) -> tuple[set[str], int]:

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.ingest.common import ShardedTable, as_frame
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
 from fedtopic_pipelines.core.metrics.coherence import coherence_by_model
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
@@ -44,13 +45,18 @@ def model_topics(models: dict[str, TrainedModel], vocabulary: pd.DataFrame, n: i
 def evaluate_organisation(
     models: dict[str, TrainedModel],
     vocabulary: pd.DataFrame,
-    tokens: pd.DataFrame,
+    tokens: pd.DataFrame | ShardedTable,
     bow: BowCorpus,
     params: dict[str, Any],
 ) -> dict[str, Any]:
     """Score every model on this organisation: coherence on its texts, perplexity and
-    SVM macro-F1 on its held-out documents."""
+    SVM macro-F1 on its held-out documents.
+
+    Coherence needs the organisation's texts as one reference corpus, so the token
+    shards are read whole here (only the organisation, tokens and label columns).
+    """
     config = from_mapping(EvaluateConfig, params, "evaluate")
+    tokens = as_frame(tokens)
     org = str(tokens["organisation"].iloc[0])
     ranked = model_topics(models, vocabulary, RANKED_WORDS)
     texts = [t.split() for t in tokens["tokens"]]

@@ -8,6 +8,7 @@ from typing import Any
 from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
 from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
 from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus
+from fedtopic_pipelines.pipelines.naming import ingestion_result
 
 logger = logging.getLogger(__name__)
 
@@ -28,4 +29,4 @@ def partition_demo(corpus: RawCorpus, organisations: list[str], params: dict[str
     report["corpus"] = "demo"
     for org, table in tables.items():
         logger.info("organisation %s: %d documents", org, len(table))
-    return {**{f"raw__{org}": tables[org] for org in organisations}, "report": report}
+    return ingestion_result({org: tables[org] for org in organisations}, report)

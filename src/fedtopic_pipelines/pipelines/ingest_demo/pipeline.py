@@ -12,7 +12,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             Node(
                 partition_demo,
                 inputs=["demo_corpus", "params:organisations", "params:ingest_demo"],
-                outputs=ingestion_outputs(organisations),
+                outputs=ingestion_outputs(organisations, "demo"),
                 name="partition_demo",
             )
         ]

@@ -6,6 +6,7 @@ from typing import Any
 
 from fedtopic_pipelines.core.config import IngestTableConfig, from_mapping
 from fedtopic_pipelines.core.text.corpus import SourceTable, partition_corpus, table_to_raw
+from fedtopic_pipelines.pipelines.naming import ingestion_result
 
 
 def partition_table(table: SourceTable, organisations: list[str], params: dict[str, Any]) -> dict[str, Any]:
@@ -24,4 +25,4 @@ def partition_table(table: SourceTable, organisations: list[str], params: dict[s
         raw, raw.documents["organisation"], organisations, table.path, config.max_documents, config.seed
     )
     report["corpus"] = "table"
-    return {**{f"raw__{org}": tables[org] for org in organisations}, "report": report}
+    return ingestion_result({org: tables[org] for org in organisations}, report)

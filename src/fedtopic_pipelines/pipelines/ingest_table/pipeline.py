@@ -12,7 +12,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             Node(
                 partition_table,
                 inputs=["document_table", "params:organisations", "params:ingest_table"],
-                outputs=ingestion_outputs(organisations),
+                outputs=ingestion_outputs(organisations, "table"),
                 name="partition_table",
             )
         ]

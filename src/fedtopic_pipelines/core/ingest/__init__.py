@@ -1,0 +1,1 @@
+"""Streaming ingestion of large corpora (Wikipedia dumps, S2ORC shards) into per-organisation shards."""

@@ -1,0 +1,24 @@
+"""Nodes of ``ingest_s2orc``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fedtopic_pipelines.core.config import IngestS2orcConfig, from_mapping
+from fedtopic_pipelines.core.ingest.s2orc import ingest_s2orc
+from fedtopic_pipelines.core.text.demo import CorpusError
+from fedtopic_pipelines.pipelines.naming import ingestion_result
+
+
+def ingest_records(records: list[Path], pdf_parses: list[Path], work: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """Papers of the shards (joined with their pdf_parses when given), split into organisations by field of study."""
+    config = from_mapping(IngestS2orcConfig, params, "ingest_s2orc")
+    organisations = list(config.organisations)
+    if not records:
+        raise CorpusError(
+            "no S2ORC shard found: put metadata or Semantic Scholar JSONL(.gz) files in the folder of the "
+            "'s2orc_records' catalog entry (data/01_raw/s2orc/), 2020 pdf_parses files in data/01_raw/s2orc/pdf_parses/"
+        )
+    shards, report = ingest_s2orc(records, organisations, config, work, pdf_parses=pdf_parses)
+    return ingestion_result({org: shards[org] for org in organisations}, report)
