@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from fedtopic_pipelines.core.text.corpus import SourceTable
@@ -73,3 +75,89 @@ def test_ingest_table_slice() -> None:
     assert out["clients.a.raw_documents"]["text"].tolist() == ["rocket"]
     assert out["ingestion_report_table"]["dropped"] == {"no_configured_organisation": 1}
     assert out["ingestion_report_table"]["skipped"][0]["line"] == 3
+
+
+# Streaming corpora --------------------------------------------------------------------------------
+
+
+def _wikipedia_params() -> dict:
+    import yaml
+
+    params = yaml.safe_load(Path("conf/base/parameters_ingest_wikipedia.yml").read_text())["ingest_wikipedia"]
+    return {**params, "processes": 1}
+
+
+def test_ingest_wikipedia_slice_on_gensim_fragment(tmp_path) -> None:
+    from fedtopic_pipelines.core.ingest.common import ShardedTable
+    from fedtopic_pipelines.core.ingest.wikipedia import gensim_fragment
+    from fedtopic_pipelines.pipelines import ingest_wikipedia
+
+    params = _wikipedia_params()
+    orgs = list(params["organisations"])
+    out = run_slice(
+        ingest_wikipedia.create_pipeline(orgs),
+        {"wikipedia_dumps": [gensim_fragment()], "wikipedia_work": tmp_path, "params:ingest_wikipedia": params},
+    )
+    report = out["ingestion_report_wikipedia"]
+    assert report["documents_read"] == 206 and report["dropped"]["redirect"] == 100
+    for org in orgs:
+        table = out[f"clients.{org}.raw_documents"]
+        assert isinstance(table, ShardedTable)
+        frame = table.to_frame()
+        assert len(frame) == sum(report["kept"][org].values()) > 0
+        assert set(frame["organisation"]) == {org}
+    metrics = out["ingestion_metrics_mlflow"]
+    assert metrics["documents_read"] == [{"value": 206.0, "step": 0}]
+    assert metrics["dropped.redirect"][0]["value"] == 100.0
+
+
+def test_ingest_s2orc_slice_and_missing_shards_named(tmp_path) -> None:
+    import json
+
+    from fedtopic_pipelines.pipelines import ingest_s2orc
+
+    rules = {"cs": ["Computer Science"], "econ": ["Economics"]}
+    params = {"organisations": rules, "processes": 1}
+    shard = tmp_path / "s2-0.jsonl"
+    records = [
+        {"corpusid": i, "title": f"paper {i}", "abstract": "federated topic models", "fieldsOfStudy": [field]}
+        for i, field in enumerate(["Computer Science", "Economics", "Computer Science", "Biology"])
+    ]
+    shard.write_text("\n".join(json.dumps(r) for r in records) + "\n{not json\n")
+    inputs = {"s2orc_pdf_parses": [], "s2orc_work": tmp_path / "work", "params:ingest_s2orc": params}
+    out = run_slice(ingest_s2orc.create_pipeline(["cs", "econ"]), {**inputs, "s2orc_records": [shard]})
+    report = out["ingestion_report_s2orc"]
+    assert report["documents_read"] == 5
+    assert {org: sum(v.values()) for org, v in report["kept"].items()} == {"cs": 2, "econ": 1}
+    assert report["dropped"] == {"malformed": 1, "no_matching_field": 1}
+    assert report["malformed"][0]["file"] == str(shard) and report["malformed"][0]["line"] == 5
+    assert out["clients.cs.raw_documents"].to_frame()["title"].tolist() == ["paper 0", "paper 2"]
+    with pytest.raises(Exception, match="no S2ORC shard found"):
+        run_slice(ingest_s2orc.create_pipeline(["cs", "econ"]), {**inputs, "s2orc_records": []})
+
+
+def test_ingest_synthetic_slice_feeds_preprocessing() -> None:
+    from fedtopic_pipelines.core.config import ConfigError
+    from fedtopic_pipelines.pipelines import ingest_synthetic, preprocess
+
+    generator = {"n_organisations": 2, "vocab_size": 50, "n_topics": 4, "n_shared": 2, "n_train": 30, "n_validation": 5}
+    params = {"generator": generator}
+    out = run_slice(
+        ingest_synthetic.create_pipeline(["org1", "org2"]),
+        {"params:organisations": ["org1", "org2"], "params:ingest_synthetic": params},
+    )
+    assert out["ingestion_report_synthetic"]["kept"]["org1"] == {"train": 30, "test": 5}
+    table = out["clients.org1.raw_documents"]
+    assert all(150 <= len(t.split()) <= 250 for t in table["text"])
+    assert set(" ".join(table["text"]).split()) <= {f"term{i}" for i in range(50)}
+    pre = {"tokenizer": "whitespace", "alphabetic_only": False, "stopwords": "none", "min_token_length": 1}
+    tokens = run_slice(
+        preprocess.create_pipeline(["org1"]),
+        {"clients.org1.raw_documents": table, "params:preprocess": {**pre, "min_df": 1, "max_df": 1.0}},
+    )["clients.org1.tokens"]
+    assert tokens["tokens"].tolist() == table["text"].tolist()  # nothing lost: every term survives
+    with pytest.raises(ConfigError, match=r"must be \['org1', 'org2'\]"):
+        run_slice(
+            ingest_synthetic.create_pipeline(["a", "b"]),
+            {"params:organisations": ["a", "b"], "params:ingest_synthetic": params},
+        )

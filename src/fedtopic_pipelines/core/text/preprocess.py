@@ -37,7 +37,7 @@ from fedtopic_pipelines.core.text.tokenize import tokenize_documents
 logger = logging.getLogger(__name__)
 
 TOKEN_COLUMNS = ["doc_id", "organisation", "label", "split", "tokens"]
-# Below this many documents a worker pool costs more (spawn, imports) than it saves.
+# With ``processes: null``, below this many documents a pool costs more (spawn, imports) than it saves.
 PARALLEL_MIN_DOCUMENTS = 20_000
 
 
@@ -61,7 +61,8 @@ def preprocess_shards(
     staging = Path(tempfile.mkdtemp(prefix="fedtopic-tokens-", dir=staging))
     first = staging / "pass1"
     total = len(raw)
-    processes = resolve_processes(config.processes) if total >= PARALLEL_MIN_DOCUMENTS else 1
+    # null (all cores) only pays off for large organisations; an explicit number is obeyed
+    processes = config.processes or (resolve_processes(None) if total >= PARALLEL_MIN_DOCUMENTS else 1)
     df: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     n_train = documents_in = 0

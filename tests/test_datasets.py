@@ -1,0 +1,50 @@
+"""The project's own Kedro datasets on real files."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from kedro.io import DatasetError
+
+from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
+from fedtopic_pipelines.datasets import InputFilesDataset, ParquetShardsDataset, WorkFolderDataset
+
+
+def frame(n: int, start: int = 0) -> pd.DataFrame:
+    return pd.DataFrame({"doc_id": [f"d{i}" for i in range(start, start + n)], "text": "x"})
+
+
+def test_parquet_shards_round_trip_move_link_and_replace(tmp_path) -> None:
+    dataset = ParquetShardsDataset(str(tmp_path / "org"))
+    assert not dataset.exists()
+    with pytest.raises(DatasetError, match="no shards"):
+        dataset.load()
+    dataset.save(frame(3))
+    assert dataset.load().to_frame()["doc_id"].tolist() == ["d0", "d1", "d2"]
+    # kept in place (a resumable work folder): linked, the sources stay
+    kept = [tmp_path / "work" / f"{i}.parquet" for i in range(2)]
+    for i, path in enumerate(kept):
+        write_parquet_atomic(frame(2, 10 * i), path)
+    dataset.save(ShardedTable(kept))
+    loaded = dataset.load()
+    assert len(loaded.paths) == 2 and len(loaded) == 4  # the earlier one-shard table is gone
+    assert all(p.is_file() for p in kept)
+    # staged (temporary): moved, the staging folder removed
+    staging = tmp_path / "staging"
+    write_parquet_atomic(frame(1, 99), staging / "a.parquet")
+    dataset.save(ShardedTable([staging / "a.parquet"], staging=staging))
+    assert dataset.load().to_frame()["doc_id"].tolist() == ["d99"]
+    assert not staging.exists()
+
+
+def test_input_files_fallback_and_work_folder(tmp_path) -> None:
+    from fedtopic_pipelines.core.ingest.wikipedia import gensim_fragment
+
+    assert InputFilesDataset(str(tmp_path), "*pages-articles*.bz2", "gensim_wikipedia").load() == [gensim_fragment()]
+    assert InputFilesDataset(str(tmp_path / "none"), "*.jsonl*").load() == []
+    (tmp_path / "b.jsonl").write_text("{}")
+    (tmp_path / "a.jsonl.gz").write_bytes(b"")
+    assert [p.name for p in InputFilesDataset(str(tmp_path), "*.jsonl*").load()] == ["a.jsonl.gz", "b.jsonl"]
+    with pytest.raises(DatasetError, match="unknown fallback"):
+        InputFilesDataset(str(tmp_path), "*", "wikipedia_online")
+    assert WorkFolderDataset(str(tmp_path / "w" / "x")).load().is_dir()
