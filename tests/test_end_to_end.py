@@ -135,6 +135,37 @@ def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
     assert "sites.jsonl' has no column 'body'" in output
 
 
+def test_wikipedia_corpus_out_of_the_box_through_the_whole_chain(tmp_path: Path) -> None:
+    """`corpus: wikipedia` with no dump present: gensim's real fragment, then preprocess ... evaluate."""
+    project = _copy_project(tmp_path)
+    env_dir = project / "conf" / "wikismoke"
+    env_dir.mkdir()
+    smoke = (project / "conf/smoke/parameters.yml").read_text().split("synthetic:")[0]
+    (env_dir / "parameters.yml").write_text(
+        (project / "conf/wikipedia/parameters.yml").read_text().split("preprocess:")[0]
+        + smoke.replace("preprocess:\n  min_df: 2", "preprocess:\n  min_df: 1\n  max_df: 0.9")
+        + "ingest_wikipedia: {processes: 2}\n"
+    )
+    _run([str(BIN / "kedro"), "run", "--env=wikismoke"], project)
+    report = json.loads((project / "data/08_reporting/ingestion_wikipedia.json").read_text())
+    assert report["documents_read"] == 206 and report["dropped"]["redirect"] == 100
+    assert report["resumed_units"] == 0
+    metrics = json.loads((project / "data/08_reporting/metrics.json").read_text())
+    orgs = {"biology", "finance", "geography", "history", "sports"}
+    assert set(metrics["models"]["federated"]["organisations"]) == orgs
+    assert sorted(p.name for p in (project / "data/01_raw/organisations/biology").iterdir()) == ["part-00000.parquet"]
+    # a second run resumes: the finished unit is not parsed again
+    _run([str(BIN / "kedro"), "run", "--env=wikismoke", "--pipeline=ingest_wikipedia"], project)
+    again = json.loads((project / "data/08_reporting/ingestion_wikipedia.json").read_text())
+    assert again["resumed_units"] == again["units"] == report["units"]
+    assert again["kept"] == report["kept"]
+    # organisations that do not match the rules are named before anything runs
+    params = env_dir / "parameters.yml"
+    params.write_text(params.read_text().replace("[biology, finance,", "[finance, biology,"))
+    output = _run_failing([str(BIN / "kedro"), "run", "--env=wikismoke"], project)
+    assert "(same names, same order) for corpus 'wikipedia'" in output
+
+
 def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> None:
     project = _copy_project(tmp_path)
     (project / "conf/smoke/parameters.yml").write_text(
