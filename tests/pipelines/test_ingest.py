@@ -43,6 +43,8 @@ def test_ingest_demo_slice(demo_corpus) -> None:
         assert len(table) == 25 and (table["organisation"] == org).all()
     assert set(out["clients.computers.raw_documents"]["label"].str.split(".").str[0]) == {"comp"}
     report = out["ingestion_report_demo"]
+    kept_total = out["ingestion_metrics_mlflow"]["kept_total"][0]["value"]
+    assert kept_total == sum(sum(splits.values()) for splits in report["kept"].values()) == 125
     assert report["documents_read"] == 18821
     assert report["dropped"]["over_max_documents"] == 18821 - 5 * 25
 

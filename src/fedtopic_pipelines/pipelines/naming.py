@@ -27,7 +27,8 @@ def ingestion_outputs(organisations: list[str], corpus: str) -> dict[str, str]:
 
 def report_metrics(report: dict) -> dict[str, list[dict[str, float]]]:
     """The ingestion report's counts as MLflow metrics (``ingest.<key>``), one step each."""
-    metrics = {"documents_read": report["documents_read"], "kept_total": report.get("kept_total", 0)}
+    kept_total = sum(sum(splits.values()) for splits in report["kept"].values())
+    metrics = {"documents_read": report["documents_read"], "kept_total": kept_total}
     metrics.update({f"dropped.{reason}": n for reason, n in report["dropped"].items()})
     for org, splits in report["kept"].items():
         metrics.update({f"kept.{org}.{split}": n for split, n in splits.items()})

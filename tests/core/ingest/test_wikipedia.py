@@ -146,7 +146,7 @@ def test_invalid_xml_and_non_utf8_pages_are_counted_with_their_line(tmp_path) ->
         assert text[lines[0]].strip() == "<title>Broken</title>"
 
 
-def test_truncated_and_corrupt_dumps_keep_what_was_read(tmp_path) -> None:
+def test_truncated_and_corrupt_dumps_keep_what_was_read(tmp_path, caplog) -> None:
     # long pages: a plain dump decompresses in 900 kB bz2 blocks, so only several blocks leave a readable part
     pages = [page(i, f"A{i}", f"{i} atoms " * 800 + "[[Category:Physics]]") for i in range(1, 401)]
     for multistream in (True, False):
@@ -159,6 +159,8 @@ def test_truncated_and_corrupt_dumps_keep_what_was_read(tmp_path) -> None:
         )
         assert len(report["errors"]) == 1
         assert report["errors"][0]["file"] == str(truncated) and "truncated" in report["errors"][0]["reason"]
+        assert f"{truncated}: truncated bz2 stream" in caplog.text  # logged too, plain or multistream
+        caplog.clear()
         assert 0 < report["documents_read"] - 400 < 400  # part of the truncated file, then all of the good one
         assert len(shards["science"].to_frame()) == sum(report["kept"]["science"].values())
     dump = write_dump(tmp_path / "c-pages-articles.xml.bz2", pages)

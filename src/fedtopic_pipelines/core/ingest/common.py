@@ -254,10 +254,23 @@ class WorkDirectory:
             shutil.rmtree(root)
         self.done.mkdir(parents=True, exist_ok=True)
         stamp.write_text(key)
+        self._markers: dict[str, dict[str, Any]] = {}
 
     def finished(self, unit: str) -> dict[str, Any] | None:
-        marker = self.done / f"{unit}.json"
-        return json.loads(marker.read_text()) if marker.is_file() else None
+        """The unit's marker if it is complete (read from disk once, then kept)."""
+        if unit not in self._markers:
+            marker = self.done / f"{unit}.json"
+            if not marker.is_file():
+                return None
+            self._markers[unit] = json.loads(marker.read_text())
+        return self._markers[unit]
+
+    def resumed(self, unit: str) -> dict[str, Any]:
+        """The marker of a unit that planning found finished."""
+        marker = self.finished(unit)
+        if marker is None:
+            raise CorpusError(f"{self.root}: the marker of unit {unit} disappeared during the run")
+        return marker
 
     def shard_path(self, org: str, unit: str) -> Path:
         return self.root / org / f"{unit}.parquet"
@@ -267,6 +280,7 @@ class WorkDirectory:
         tmp = marker.with_name(f".{marker.name}.tmp")
         tmp.write_text(json.dumps(counts))
         os.replace(tmp, marker)
+        self._markers[unit] = dict(counts)
 
     def shards(self, org: str, units: Sequence[str]) -> ShardedTable:
         """The organisation's shards in unit order (units that kept nothing for it have none)."""

@@ -571,9 +571,7 @@ def ingest_s2orc(
         zip(names, results, strict=True), total=len(names), desc="s2orc files", unit="file", disable=len(names) < 2
     ):
         if result is None:
-            marker = work.finished(name)
-            if marker is None:
-                raise CorpusError(f"{work.root}: the marker of unit {name} disappeared during the run")
+            marker = work.resumed(name)
             report.resumed_units += 1
         else:
             unit_report, kept = _apply_caps(result, work_root, config.max_documents, taken)

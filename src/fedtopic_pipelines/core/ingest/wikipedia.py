@@ -88,8 +88,8 @@ def stream_starts(path: Path) -> list[int]:
         while chunk := handle.read(1 << 26):
             data = tail + chunk
             base = offset - len(tail)
-            starts.extend(base + m.start() for m in STREAM_HEADER.finditer(data) if base + m.start() not in starts[-1:])
-            tail = data[-overlap:]
+            starts.extend(base + m.start() for m in STREAM_HEADER.finditer(data))
+            tail = data[-overlap:]  # shorter than a header: a header is never found twice
             offset += len(chunk)
     if not starts or starts[0] != 0:
         raise CorpusError(f"'{path}' is not a bz2 file (no bz2 stream header at byte 0)")
@@ -305,7 +305,7 @@ def plan_units(files: Sequence[Path], rules: Rules, config: IngestWikipediaConfi
 
 
 def fingerprint(files: Sequence[Path], organisations: Sequence[str], config: IngestWikipediaConfig) -> dict:
-    """What makes earlier work reusable: the same files (name, size) and the same parameters."""
+    """What makes earlier work reusable: the same files (resolved path, size) and parameters (not processes)."""
     params = {k: v for k, v in asdict(config).items() if k != "processes"}
     return {
         "files": [(str(p.resolve()), p.stat().st_size) for p in files],
@@ -336,17 +336,13 @@ def ingest_wikipedia(
     progress = tqdm(desc="wikipedia pages", unit="page")
     for unit, file, result in ordered_map(_run, planned, resolve_processes(config.processes)):
         if result is None:
-            marker = work.finished(unit)
-            if marker is None:
-                raise CorpusError(f"{work.root}: the marker of unit {unit} disappeared during the run")
+            marker = work.resumed(unit)
             report.resumed_units += 1
         else:
             counts = _write_unit(result, organisations, config, work, kept_total, line_offset.get(file, 0))
             marker = {"counts": counts, "lines": result.lines}
             work.finish(unit, marker)
         counts = marker["counts"]
-        for error in counts["errors"]:
-            logger.error("%s: %s (unit %s; pages read before it are kept)", error["file"], error["reason"], unit)
         for org, splits in counts["kept"].items():
             kept_total[org] += sum(splits.values())
         line_offset[file] = line_offset.get(file, 0) + marker["lines"]
@@ -356,6 +352,8 @@ def ingest_wikipedia(
         progress.update(counts["documents_read"])
         progress.set_postfix(kept=sum(kept_total.values()), refresh=False)
     progress.close()
+    for error in report.errors:
+        logger.error("%s: %s (pages read before it are kept)", error["file"], error["reason"])
     check_organisations(report, organisations, "ingest_wikipedia")
     if report.dropped["malformed"]:
         first = report.malformed[0]

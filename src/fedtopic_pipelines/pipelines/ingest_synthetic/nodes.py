@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from fedtopic_pipelines.core.config import ConfigError, SyntheticGeneratorConfig, from_mapping
+from fedtopic_pipelines.core.ingest.common import IngestReport
 from fedtopic_pipelines.core.synthetic import generate, organisation_names
 from fedtopic_pipelines.pipelines.naming import ingestion_result
 
@@ -57,15 +58,11 @@ def generate_organisations(organisations: list[str], params: dict[str, Any]) -> 
                 )
             )
         tables[org] = pd.concat(parts, ignore_index=True)
-    kept = {org: {s: int((t["split"] == s).sum()) for s in ("train", "test")} for org, t in tables.items()}
-    report = {
-        "corpus": "synthetic",
-        "source": f"LDA generator (seed {config.seed})",
-        "documents_read": sum(len(t) for t in tables.values()),
-        "kept": kept,
-        "kept_total": sum(sum(v.values()) for v in kept.values()),
-        "dropped": {},
-        "malformed_records": 0,
-    }
-    logger.info("synthetic corpus: %s", kept)
-    return ingestion_result(tables, report)
+    report = IngestReport("synthetic", sources=[f"LDA generator (seed {config.seed})"])
+    for org, table in tables.items():
+        for split, n in table["split"].value_counts().items():
+            report.keep(org, str(split), int(n))
+        report.documents_read += len(table)
+    done = report.to_dict(organisations)
+    logger.info("synthetic corpus: %s", done["kept"])
+    return ingestion_result(tables, done)
