@@ -59,7 +59,7 @@ SAMPLE_S = 0.05
 PROFILE_BUCKETS = (
     ("bz2 decompression", "~", "<method 'decompress' of '_bz2.BZ2Decompressor' objects>"),
     ("XML parsing (ET.fromstring)", "xml/etree/ElementTree.py", "XML"),
-    ("gensim filter_wiki", "gensim/corpora/wikicorpus.py", "filter_wiki"),
+    ("markup stripping (wikitext.filter_wiki)", "ingest/wikitext.py", "filter_wiki"),
     ("category regex (findall)", "~", "<method 'findall' of 're.Pattern' objects>"),
     ("organisation rules (Rules.match)", "ingest/common.py", "match"),
     ("split_pages (all page work)", "ingest/wikipedia.py", "split_pages"),
