@@ -10,7 +10,14 @@ import pytest
 
 from fedtopic_pipelines.core.config import ConfigError, IngestWikipediaConfig
 from fedtopic_pipelines.core.ingest.dumpgen import fragment_parts, repeated_pages, write_dump
-from fedtopic_pipelines.core.ingest.wikipedia import find_dumps, gensim_fragment, ingest_wikipedia, stream_starts
+from fedtopic_pipelines.core.ingest.wikipedia import (
+    MIN_UNITS_PER_FILE,
+    find_dumps,
+    gensim_fragment,
+    ingest_wikipedia,
+    stream_starts,
+    unit_size,
+)
 from fedtopic_pipelines.core.text.demo import CorpusError
 
 ORGS = ["countries", "people", "science"]
@@ -80,6 +87,25 @@ def test_default_rules_run_on_the_fragment(tmp_path) -> None:
     assert report["documents_read"] == 206 and report["dropped"]["redirect"] == 100
     assert all(sum(report["kept"][org].values()) > 0 for org in params["organisations"])
     assert all(len(t) == sum(report["kept"][org].values()) for org, t in shards.items())
+
+
+def test_small_dumps_are_still_cut_into_several_units(tmp_path) -> None:
+    """``unit_mib`` (8 by default) caps a unit; a dump smaller than 32 units of it is cut finer, for balance."""
+    mib = 1 << 20
+    assert unit_size(10_000 * mib, 8) == 8 * mib
+    assert unit_size(64 * mib, 8) == 64 * mib // MIN_UNITS_PER_FILE
+    assert unit_size(10, 8) == 1
+    _, pages, _ = fragment_parts()
+    multi = write_dump(tmp_path / "multi-pages-articles.xml.bz2", repeated_pages(pages, 2))
+    plain = write_dump(tmp_path / "plain-pages-articles.xml.bz2", repeated_pages(pages, 2), multistream=False)
+    default = IngestWikipediaConfig(organisations=RULES, processes=1)
+    assert default.unit_mib == 8 and multi.stat().st_size < 8 * mib
+    _, multi_report = ingest_wikipedia([multi], ORGS, default, tmp_path / "w1")
+    _, plain_report = ingest_wikipedia([plain], ORGS, default, tmp_path / "w2")
+    # every page stream is over size / 32: one unit each (the tiny <siteinfo> stream joins the first)
+    assert multi_report["units"] == len(stream_starts(multi)) - 1
+    assert plain_report["units"] > 4
+    assert plain_report["kept"] == multi_report["kept"]
 
 
 def test_multistream_plain_and_two_processes_agree(tmp_path) -> None:

@@ -5,8 +5,10 @@ How a dump is cut into work units:
 * **multistream** dumps are many bz2 streams of 100 pages each. Stream starts are
   byte-aligned ``BZh<level>1AY&SY`` headers, found by scanning the compressed file (no
   index file needed); consecutive streams are grouped into units of ``unit_mib``
-  compressed MiB, and each worker decompresses and parses its own units. The first
-  stream holds only the ``<siteinfo>`` header.
+  compressed MiB (less in files under ``32 * unit_mib``, so that every file makes at
+  least ``MIN_UNITS_PER_FILE`` units to share among the workers), and each worker
+  decompresses and parses its own units. The first stream holds only the ``<siteinfo>``
+  header.
 * **plain** dumps are one bz2 stream, so the main process decompresses it and cuts the
   text after a ``</page>`` every ``4 * unit_mib`` MiB; workers parse the pieces.
 
@@ -56,6 +58,7 @@ REDIRECT_TEXT = re.compile(r"\s*#redirect", re.IGNORECASE)
 BOLD_ITALIC = re.compile(r"'{2,}")
 SPACES = re.compile(r"\s+")
 READ_BLOCK = 1 << 20  # compressed bytes read at a time from a plain dump
+MIN_UNITS_PER_FILE = 32  # work units per dump file at least (see unit_size), for load balance
 
 
 def gensim_fragment() -> Path:
@@ -288,9 +291,18 @@ def _with_end(blocks: Iterator[bytes]) -> Iterator[bytes]:
     yield b""
 
 
+def unit_size(compressed_bytes: int, unit_mib: float) -> int:
+    """Compressed bytes per work unit: ``unit_mib``, or less so that a file makes ``MIN_UNITS_PER_FILE``.
+
+    Derived from the file and the parameters only (not from ``processes``), so a resumed run
+    cuts the same units; small dumps still spread over the cores.
+    """
+    return max(1, min(int(unit_mib * (1 << 20)), compressed_bytes // MIN_UNITS_PER_FILE))
+
+
 def plan_units(files: Sequence[Path], rules: Rules, config: IngestWikipediaConfig, work: WorkDirectory, report):
-    unit_bytes = int(config.unit_mib * (1 << 20))
     for index, path in enumerate(tqdm(files, desc="dump files", unit="file", disable=len(files) < 2)):
+        unit_bytes = unit_size(path.stat().st_size, config.unit_mib)
         starts = stream_starts(path)
         if len(starts) > 1:
             logger.info("%s: multistream, %d bz2 streams", path.name, len(starts))
