@@ -9,8 +9,9 @@ Each organisation then vectorises its own documents against the common vocabular
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -125,3 +126,37 @@ def vectorize(
     )
     matrix.sum_duplicates()
     return BowCorpus(matrix, np.asarray(doc_ids), np.asarray(labels), np.asarray(split))
+
+
+def vectorize_frames(frames: Iterable[pd.DataFrame], vocabulary: Sequence[str]) -> tuple[BowCorpus, dict[str, Any]]:
+    """One organisation's token tables (shard by shard) as a bag-of-words matrix, plus a report.
+
+    Only the matrix, which training needs, is held whole. Documents left without any term of
+    the common vocabulary (likely with ``intersection``) are dropped and counted per split.
+    """
+    parts: list[BowCorpus] = []
+    org = "?"
+    for frame in frames:
+        if len(frame):
+            org = str(frame["organisation"].iloc[0])
+        parts.append(
+            vectorize(
+                [t.split() for t in frame["tokens"]],
+                vocabulary,
+                frame["doc_id"].to_numpy(),
+                frame["label"].to_numpy(),
+                frame["split"].to_numpy(),
+            )
+        )
+    parts = parts or [vectorize([], vocabulary, [], [], [])]
+    bow = BowCorpus(
+        sp.vstack([p.matrix for p in parts], format="csr"),
+        np.concatenate([p.doc_ids for p in parts]),
+        np.concatenate([p.labels for p in parts]),
+        np.concatenate([p.split for p in parts]),
+    )
+    bow, dropped = bow.without_empty_documents()
+    if dropped:
+        logger.warning("organisation %s: dropped %s documents with no term of the common vocabulary", org, dropped)
+    kept = {s: int((bow.split == s).sum()) for s in ("train", "test")}
+    return bow, {"organisation": org, "documents": kept, "dropped_no_vocabulary_term": dropped}
