@@ -311,6 +311,34 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class FlowerConfig:
+    """How the ServerApp talks to the organisations' nodes (``train.flower``).
+
+    ``round_timeout_s`` ends a round without the nodes that have not answered (their
+    weight is left out of eq. 2); ``stage_timeout_s`` bounds the vocabulary and
+    preprocessing stages, which run each organisation's preprocessing; ``poll_s`` is how
+    often replies are pulled; ``checkpoint_every`` rounds the server state is written to
+    ``checkpoint_dir`` and a restarted run resumes from it (0: no checkpoints).
+    """
+
+    round_timeout_s: float = 30.0
+    stage_timeout_s: float = 1800.0
+    connect_timeout_s: float = 120.0
+    poll_s: float = 0.01
+    checkpoint_every: int = 0
+    checkpoint_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("round_timeout_s", "stage_timeout_s", "connect_timeout_s", "poll_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"parameter 'train.flower.{name}' must be > 0")
+        if self.checkpoint_every < 0:
+            raise ConfigError("parameter 'train.flower.checkpoint_every' must be >= 0 (0: no checkpoints)")
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ConfigError("parameter 'train.flower.checkpoint_every' needs 'train.flower.checkpoint_dir'")
+
+
+@dataclass(frozen=True)
 class EvaluateConfig:
     """Evaluation settings (coherence, diversity, classification)."""
 

@@ -117,15 +117,47 @@ def hold_out(
     """
     fit, held = {}, {}
     for i, (name, matrix) in enumerate(matrices.items()):
-        order = np.random.default_rng(derive_seed(seed, 3000, i)).permutation(matrix.shape[0])
-        n_held = max(2, round(matrix.shape[0] * fraction))
-        if matrix.shape[0] - n_held < 2:
-            raise ValueError(
-                f"organisation '{name}' has {matrix.shape[0]} training documents: too few to hold out "
-                f"'train.validation_fraction' = {fraction} and keep 2 for training"
-            )
-        held[name], fit[name] = matrix[np.sort(order[:n_held])], matrix[np.sort(order[n_held:])]
+        fit[name], held[name] = hold_out_one(name, matrix, fraction, seed, i)
     return fit, held
+
+
+def hold_out_one(
+    name: str, matrix: sp.csr_matrix, fraction: float, seed: int, index: int
+) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """:func:`hold_out` for the organisation at ``index`` alone (a site that holds only its own data)."""
+    order = np.random.default_rng(derive_seed(seed, 3000, index)).permutation(matrix.shape[0])
+    n_held = max(2, round(matrix.shape[0] * fraction))
+    if matrix.shape[0] - n_held < 2:
+        raise ValueError(
+            f"organisation '{name}' has {matrix.shape[0]} training documents: too few to hold out "
+            f"'train.validation_fraction' = {fraction} and keep 2 for training"
+        )
+    return matrix[np.sort(order[n_held:])], matrix[np.sort(order[:n_held])]
+
+
+def organisation_client(
+    name: str,
+    index: int,
+    matrix: sp.csr_matrix,
+    validation: sp.csr_matrix | None,
+    config: TrainConfig,
+    device: torch.device,
+) -> GradientClient:
+    """The federated client of the organisation at ``index``: its seeds depend on the index only,
+    so the in-process engine and a remote site build the same client."""
+    source = BatchSource(matrix, config.batch_size, derive_seed(config.seed, index), device)
+    model = _new_model(matrix.shape[1], config, device)
+    return GradientClient(name, model, [source], validation, derive_seed(config.seed, 2000, index))
+
+
+def federated_stopping(config: TrainConfig, largest: int, validate: bool) -> StoppingRule:
+    """The federated scenario's stopping rule; an epoch is one of the largest organisation."""
+    return stopping_rule(config, _steps_per_epoch(largest, config.batch_size), validate)
+
+
+def new_global_model(vocab_size: int, config: TrainConfig, device: torch.device) -> ProdLDA:
+    """The server's model before round 0 (the same initial weights in every scenario and engine)."""
+    return _new_model(vocab_size, config, device)
 
 
 def train_scenarios(
@@ -163,9 +195,6 @@ def train_scenarios(
     device = resolve_device(config.device)
     bs = config.batch_size
 
-    def source(matrix: sp.csr_matrix, stream: int) -> BatchSource:
-        return BatchSource(matrix, bs, derive_seed(config.seed, stream), device)
-
     def client(cid: str, sources: list[BatchSource], validation: sp.csr_matrix | None, stream: int) -> GradientClient:
         return GradientClient(
             cid, _new_model(vocab_size, config, device), sources, validation, derive_seed(config.seed, 2000, stream)
@@ -177,8 +206,11 @@ def train_scenarios(
     largest = max(m.shape[0] for m in train_matrices.values())
     models: dict[str, TrainedModel] = {}
     if "federated" in config.scenarios:
-        clients = [client(org, [source(train_matrices[org], i)], held_out(org), i) for i, org in enumerate(orgs)]
-        rule = stopping_rule(config, _steps_per_epoch(largest, bs), validate)
+        clients = [
+            organisation_client(org, i, train_matrices[org], held_out(org), config, device)
+            for i, org in enumerate(orgs)
+        ]
+        rule = federated_stopping(config, largest, validate)
         models["federated"] = _fit("federated", "federated", orgs, clients, vocab_size, config, device, progress, rule)
     if "centralized" in config.scenarios:
         pooled = sp.vstack([train_matrices[o] for o in orgs]).tocsr()
@@ -197,7 +229,7 @@ def train_scenarios(
                 name,
                 "non_collaborative",
                 [org],
-                [client(org, [source(train_matrices[org], i)], held_out(org), i)],
+                [organisation_client(org, i, train_matrices[org], held_out(org), config, device)],
                 vocab_size,
                 config,
                 device,

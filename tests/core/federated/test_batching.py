@@ -35,3 +35,20 @@ def test_ghost_batches_never_repeat_a_document_within_a_step() -> None:
         seen += rows
     assert sorted(seen) == list(range(1, 51))  # one epoch: every document exactly once
     assert len({id(g) for _, g in source.next_batches()}) == 3  # one noise generator per ghost batch
+
+
+def test_a_source_rebuilt_from_its_state_continues_the_same_stream() -> None:
+    """A Flower ClientApp may be a fresh process per message: the stream must survive a state round trip."""
+    matrix = sp.csr_matrix(np.arange(23, dtype=np.float32).reshape(23, 1) + 1)
+    a = BatchSource(matrix, 5, seed=3, device=torch.device("cpu"))
+    for _ in range(3):  # mid-epoch: batches left in the queue
+        a.next_batch()
+        torch.rand(7, generator=a.noise)
+    b = BatchSource(matrix, 5, seed=99, device=torch.device("cpu"))
+    b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
+    assert b.epoch == a.epoch == 1
+    for _ in range(8):  # across the epoch boundary
+        assert torch.equal(a.next_batch(), b.next_batch())
+        assert torch.equal(torch.rand(4, generator=a.noise), torch.rand(4, generator=b.noise))
+    fresh = BatchSource(matrix, 5, seed=99, device=torch.device("cpu"))
+    assert not all(torch.equal(fresh.next_batch(), a.next_batch()) for _ in range(3))

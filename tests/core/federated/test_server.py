@@ -171,3 +171,50 @@ def test_non_finite_validation_losses_are_left_out_and_none_left_is_an_error() -
     assert server.validate(InProcessEngine([good, bad]), 0) == 2.0
     with pytest.raises(NoUsableUpdates, match="no client returned a usable validation loss"):
         server.validate(InProcessEngine([ScriptedValidation(_client("bad", 2), [float("inf")])]), 1)
+
+
+class Stop(Exception):
+    """Stands for the server process being killed."""
+
+
+@pytest.mark.parametrize("validation_every", [None, 3])
+def test_a_server_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_does(validation_every) -> None:
+    import io
+
+    def server() -> tuple[FederatedServer, InProcessEngine]:
+        clients = [_client("a", 1), _client("b", 2)]
+        for c in clients:
+            c.validation = c.sources[0].matrix[:6]
+        strategy = FedSGD(ProdLDA.create(V, CONFIG, 0), OptimizerConfig(name="adam", lr=0.01))
+        rule = StoppingRule(max_rounds=12, validation_every=validation_every, patience=50)
+        return FederatedServer(strategy, rule), InProcessEngine(clients)
+
+    reference, engine = server()
+    reference.run(engine, progress=False)
+
+    saved: dict[str, bytes] = {}
+
+    def checkpoint_then_die(s: FederatedServer) -> None:
+        if s.next_round % 4 == 0:  # every 4 rounds, as the Flower app does with checkpoint_every: 4
+            buffer = io.BytesIO()
+            torch.save(s.checkpoint(), buffer)
+            saved["last"] = buffer.getvalue()
+        if s.next_round == 7:
+            raise Stop
+
+    interrupted, engine = server()
+    with pytest.raises(Stop):
+        interrupted.run(engine, progress=False, on_round_end=checkpoint_then_die)
+
+    resumed, engine = server()
+    state = torch.load(io.BytesIO(saved["last"]), weights_only=False)
+    assert state["next_round"] == 4
+    resumed.resume(state)
+    for client in engine.clients:  # fresh clients rejoin at the checkpoint's round
+        client.skip(resumed.next_round)
+    resumed.run(engine, progress=False)
+
+    assert [r.round for r in resumed.history] == list(range(12))  # no round lost or repeated
+    assert [r.loss for r in resumed.history] == [r.loss for r in reference.history]
+    final, expected = resumed.strategy.snapshot(), reference.strategy.snapshot()
+    assert all(torch.equal(final[k], expected[k]) for k in expected)

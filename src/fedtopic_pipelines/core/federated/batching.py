@@ -8,6 +8,8 @@ noise for that batch, so the same source gives the same numbers wherever it is u
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -45,6 +47,24 @@ class EpochSampler:
             self.epoch += 1
         return self._queue.pop()
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Where the stream stands (generator, batches left in the epoch), as tensors."""
+        lengths = [len(q) for q in self._queue]
+        queue = np.concatenate(self._queue) if self._queue else np.zeros(0, dtype=np.int64)
+        return {
+            "generator": self._generator.get_state(),
+            "queue": torch.from_numpy(queue.astype(np.int64)),
+            "queue_lengths": torch.tensor(lengths, dtype=torch.int64),
+            "epoch": torch.tensor(self.epoch, dtype=torch.int64),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self._generator.set_state(state["generator"])
+        bounds = np.cumsum([0, *state["queue_lengths"].tolist()])
+        queue = state["queue"].numpy()
+        self._queue = [queue[a:b].copy() for a, b in itertools.pairwise(bounds)]
+        self.epoch = int(state["epoch"])
+
 
 def _dense(matrix: sp.csr_matrix, rows: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(matrix[rows].toarray()).to(device)
@@ -69,6 +89,15 @@ class BatchSource:
 
     def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
         return [(self.next_batch(), self.noise)]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The sampler's and the noise generator's state: a client that is rebuilt for every
+        message (a fresh Flower ClientApp process) continues the same stream from it."""
+        return {**{f"sampler.{k}": v for k, v in self.sampler.state_dict().items()}, "noise": self.noise.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.sampler.load_state_dict({k.removeprefix("sampler."): v for k, v in state.items() if k != "noise"})
+        self.noise.set_state(state["noise"])
 
 
 class GhostBatchSource:

@@ -85,6 +85,20 @@ class GradientClient:
         }
         return Update(self.client_id, self.kind, grads, n, statistics=stats, metrics=metrics)
 
+    def skip(self, rounds: int) -> None:
+        """Advance the batch and noise streams by ``rounds`` without sending anything.
+
+        A client rebuilt from scratch (a resumed run) calls it to rejoin at the round it is
+        asked for with the streams an uninterrupted client would have: the draws depend on
+        the batch shapes only, so a forward pass without gradients replays them exactly.
+        """
+        self.model.train()
+        with torch.no_grad():
+            for _ in range(rounds):
+                for source in self.sources:
+                    for batch, noise in source.next_batches():
+                        self.model.loss_on_batch(batch, noise)
+
     def evaluate(self, instruction: Instruction) -> Update:
         """Mean validation loss of the broadcast model (weights and BatchNorm running
         statistics) on this organisation's held-out documents; only the number leaves."""

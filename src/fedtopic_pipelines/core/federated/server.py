@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -68,7 +69,11 @@ class FederatedServer:
         self.name = name
         self.history: list[RoundRecord] = []
         self.stopped_early = False
+        self.next_round = 0
         self.best_round: int | None = None
+        self.best_loss = math.inf
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.waited = 0
 
     def run_round(self, engine: Engine, round_: int) -> RoundRecord:
         """One synchronous round; rejected or failed clients are logged and left out."""
@@ -138,20 +143,31 @@ class FederatedServer:
             raise NoUsableUpdates(f"{self.name} round {round_}: no client returned a usable validation loss")
         return total / n
 
-    def run(self, engine: Engine, progress: bool = True) -> list[RoundRecord]:
-        """All rounds; returns (and keeps) the per-round history."""
+    def run(
+        self,
+        engine: Engine,
+        progress: bool = True,
+        on_round_end: Callable[[FederatedServer], None] | None = None,
+    ) -> list[RoundRecord]:
+        """All rounds from :attr:`next_round` on; returns (and keeps) the per-round history.
+
+        ``on_round_end`` is called after every round (the Flower app writes checkpoints there).
+        """
         every, patience = self.stopping.validation_every, self.stopping.patience
-        best_loss, best_state, waited = math.inf, None, 0
         bar = tqdm(
-            range(self.stopping.max_rounds),
+            total=self.stopping.max_rounds,
+            initial=self.next_round,
             desc=f"train {self.name}",
             disable=not progress,
             mininterval=1.0,
             leave=False,
         )
-        for round_ in bar:
+        while self.next_round < self.stopping.max_rounds and not self.stopped_early:
+            round_ = self.next_round
             record = self.run_round(engine, round_)
             self.history.append(record)
+            self.next_round = round_ + 1
+            bar.update(1)
             if round_ % 50 == 0:
                 bar.set_postfix(loss=f"{record.loss:.1f}")
             if self.stopping.tolerance > 0 and record.relative_change < self.stopping.tolerance:
@@ -163,20 +179,19 @@ class FederatedServer:
                     round_,
                 )
                 self.stopped_early = True
-                break
-            if every and (round_ + 1) % every == 0:
+            elif every and (round_ + 1) % every == 0:
                 record.validation_loss = self.validate(engine, round_)
-                if record.validation_loss < best_loss:
-                    best_loss, best_state, waited, self.best_round = (
+                if record.validation_loss < self.best_loss:
+                    self.best_loss, self.best_state, self.waited, self.best_round = (
                         record.validation_loss,
                         self.strategy.snapshot(),
                         0,
                         round_,
                     )
                 else:
-                    waited += 1
+                    self.waited += 1
                 bar.set_postfix(loss=f"{record.loss:.1f}", val=f"{record.validation_loss:.1f}")
-                if waited >= patience:
+                if self.waited >= patience:
                     logger.info(
                         "%s: no lower validation loss in %d validations; stopping at round %d, keeping round %d "
                         "(validation loss %.2f)",
@@ -184,11 +199,29 @@ class FederatedServer:
                         patience,
                         round_,
                         self.best_round,
-                        best_loss,
+                        self.best_loss,
                     )
                     self.stopped_early = True
-                    break
+            if on_round_end is not None:
+                on_round_end(self)
         bar.close()
-        if best_state is not None:
-            self.strategy.restore(best_state)
+        if self.best_state is not None:
+            self.strategy.restore(self.best_state)
         return self.history
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Everything a restarted server needs to go on at :attr:`next_round` as if never stopped."""
+        return {
+            "next_round": self.next_round,
+            "history": list(self.history),
+            "stopped_early": self.stopped_early,
+            "best": (self.best_loss, self.best_state, self.waited, self.best_round),
+            "strategy": self.strategy.state_dict(),
+        }
+
+    def resume(self, checkpoint: dict[str, Any]) -> None:
+        self.next_round = int(checkpoint["next_round"])
+        self.history = list(checkpoint["history"])
+        self.stopped_early = bool(checkpoint["stopped_early"])
+        self.best_loss, self.best_state, self.waited, self.best_round = checkpoint["best"]
+        self.strategy.load_state_dict(checkpoint["strategy"])

@@ -35,6 +35,10 @@ class Strategy(Protocol):
 
     def restore(self, state: dict[str, torch.Tensor]) -> None: ...
 
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
 
 def make_optimizer(params, config: OptimizerConfig) -> torch.optim.Optimizer:
     """The server optimizer of eq. 3 (plain SGD) or Adam as in the CTM defaults."""
@@ -72,6 +76,14 @@ class FedSGD:
 
     def restore(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state)
+
+    def state_dict(self) -> dict:
+        """Model and server optimizer state (Adam moments included), for checkpoints."""
+        return {"model": self.snapshot(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
 
     def parameters(self) -> dict[str, torch.Tensor]:
         return {name: p.detach() for name, p in self.model.named_parameters()}
