@@ -153,8 +153,12 @@ def test_wikipedia_corpus_out_of_the_box_through_the_whole_chain(tmp_path: Path)
     metrics = json.loads((project / "data/08_reporting/metrics.json").read_text())
     orgs = {"biology", "finance", "geography", "history", "sports"}
     assert set(metrics["models"]["federated"]["organisations"]) == orgs
-    assert sorted(p.name for p in (project / "data/01_raw/organisations/biology").iterdir()) == ["part-00000.parquet"]
-    # a second run resumes: the finished unit is not parsed again
+    # one shard per work unit that kept biology articles, named in order, holding all of them
+    shards = sorted((project / "data/01_raw/organisations/biology").iterdir())
+    assert [p.name for p in shards] == [f"part-{k:05d}.parquet" for k in range(len(shards))]
+    assert 1 <= len(shards) <= report["units"]
+    assert sum(len(pd.read_parquet(p)) for p in shards) == sum(report["kept"]["biology"].values())
+    # a second run resumes: finished units are not parsed again
     _run([str(BIN / "kedro"), "run", "--env=wikismoke", "--pipeline=ingest_wikipedia"], project)
     again = json.loads((project / "data/08_reporting/ingestion_wikipedia.json").read_text())
     assert again["resumed_units"] == again["units"] == report["units"]
