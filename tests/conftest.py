@@ -26,6 +26,11 @@ WORDS = {
 @pytest.fixture
 def tiny_raw_tables() -> dict[str, pd.DataFrame]:
     """Three organisations with topical documents (deterministic)."""
+    return make_tiny_raw_tables()
+
+
+def make_tiny_raw_tables() -> dict[str, pd.DataFrame]:
+    """The tables of ``tiny_raw_tables``, for fixtures of a wider scope."""
     rng = np.random.default_rng(0)
     tables = {}
     for org, (topic, words) in zip(("alpha", "beta", "gamma"), WORDS.items(), strict=True):

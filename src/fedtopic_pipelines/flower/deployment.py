@@ -1,0 +1,346 @@
+"""A real Flower federation on one machine: one SuperLink, one SuperNode per organisation.
+
+Used by ``make federation-up`` / ``federation-down`` / ``federation-demo`` and by the
+loopback tests. Every process is Flower's own (``flower-superlink``, ``flower-supernode``,
+``flwr run``); this module only starts them with the right flags and stops them:
+
+* **TLS**: a private CA and a SuperLink certificate for 127.0.0.1/localhost, made with
+  ``openssl`` in the (git-ignored) federation folder; SuperNodes and the ``flwr`` CLI
+  trust only that CA.
+* **Node authentication**: one ECDSA P-384 key pair per organisation (``ssh-keygen``);
+  each public key is registered on the SuperLink (``flwr supernode register``) before its
+  SuperNode starts, and the SuperLink refuses any other key.
+
+Each process runs in its own session, so stopping kills its children too (SuperExec and
+ClientApp processes); ``stop`` runs on exit even when a run fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+APP_DIR = Path(__file__).resolve().parents[3] / "deploy" / "flower_app"
+CONNECTION = "fedtopic"
+
+
+class DeploymentError(RuntimeError):
+    """A federation process did not start or a run failed; the message names which and where its log is."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _bin(name: str) -> str:
+    path = Path(sys.executable).with_name(name)
+    return str(path) if path.exists() else name
+
+
+def _run(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60) -> str:
+    done = subprocess.run(list(args), capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise DeploymentError(f"{' '.join(args[:3])} failed ({done.returncode}): {done.stderr.strip() or done.stdout}")
+    return done.stdout
+
+
+def make_certificates(folder: Path) -> dict[str, Path]:
+    """CA and SuperLink certificate (SAN 127.0.0.1, localhost), unless already there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {n: folder / f"{n}" for n in ("ca.key", "ca.crt", "server.key", "server.csr", "server.crt")}
+    if paths["server.crt"].is_file() and paths["ca.crt"].is_file():
+        return paths
+    ext = folder / "server.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nkeyUsage=digitalSignature,keyEncipherment\n")
+    openssl = shutil.which("openssl") or "openssl"
+    _run([openssl, "genrsa", "-out", str(paths["ca.key"]), "4096"])
+    _run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-key",
+            str(paths["ca.key"]),
+            "-sha256",
+            "-days",
+            "365",
+            "-subj",
+            "/CN=fedtopic federation CA",
+            "-out",
+            str(paths["ca.crt"]),
+        ]
+    )
+    _run([openssl, "genrsa", "-out", str(paths["server.key"]), "4096"])
+    _run(
+        [
+            openssl,
+            "req",
+            "-new",
+            "-key",
+            str(paths["server.key"]),
+            "-subj",
+            "/CN=127.0.0.1",
+            "-out",
+            str(paths["server.csr"]),
+        ]
+    )
+    _run(
+        [
+            openssl,
+            "x509",
+            "-req",
+            "-in",
+            str(paths["server.csr"]),
+            "-CA",
+            str(paths["ca.crt"]),
+            "-CAkey",
+            str(paths["ca.key"]),
+            "-CAcreateserial",
+            "-out",
+            str(paths["server.crt"]),
+            "-days",
+            "365",
+            "-sha256",
+            "-extfile",
+            str(ext),
+        ]
+    )
+    return paths
+
+
+def make_key_pair(folder: Path, name: str) -> tuple[Path, Path]:
+    """An ECDSA P-384 key pair in OpenSSH format (what Flower's node authentication reads)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    private = folder / name
+    if not private.is_file():
+        _run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-C", name, "-f", str(private)])
+    return private, private.with_suffix(".pub")
+
+
+@dataclass
+class LocalFederation:
+    """The processes of one federation under ``root``; organisations map to their data folders."""
+
+    root: Path
+    organisations: Mapping[str, Path]
+    tls: bool = True
+    auth: bool = True
+    port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    node_ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).resolve()
+        if self.auth and not self.tls:
+            raise ValueError("node authentication needs TLS (Flower refuses --enable-supernode-auth without it)")
+
+    # -- paths and environment --------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def cli_home(self) -> Path:
+        return self.root / "home" / "cli"
+
+    def env(self, home: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # Flower spawns flower-superexec
+            FLWR_HOME=str(home),
+            FLWR_DISABLE_UPDATE_CHECK="1",
+            FLWR_TELEMETRY_ENABLED="0",
+            KEDRO_DISABLE_TELEMETRY="1",
+        )
+        home.mkdir(parents=True, exist_ok=True)
+        return env
+
+    def write_cli_config(self) -> None:
+        """``$FLWR_HOME/config.toml`` of the submitting side: where the SuperLink is and which CA to trust."""
+        lines = [
+            "[superlink]",
+            f'default = "{CONNECTION}"',
+            "",
+            f"[superlink.{CONNECTION}]",
+            f'address = "{self.address}"',
+        ]
+        if self.tls:
+            lines.append(f'root-certificates = "{self.root / "certs" / "ca.crt"}"')
+        else:
+            lines.append("insecure = true")
+        self.cli_home.mkdir(parents=True, exist_ok=True)
+        (self.cli_home / "config.toml").write_text("\n".join(lines) + "\n")
+
+    # -- processes --------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str], home: Path) -> subprocess.Popen:
+        log = (self.root / "logs" / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=self.env(home), start_new_session=True, cwd=self.root
+        )
+        self.processes[name] = process
+        self._save_state()
+        return process
+
+    def _save_state(self) -> None:
+        state = {"address": self.address, "pids": {n: p.pid for n, p in self.processes.items()}, "tls": self.tls}
+        state["auth"] = self.auth
+        (self.root / "federation.json").write_text(json.dumps(state, indent=2))
+
+    def _wait_listening(self, port: int, name: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.processes[name].poll() is not None:
+                raise DeploymentError(f"{name} exited with {self.processes[name].returncode}; see {self.log(name)}")
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise DeploymentError(f"{name} is not listening on port {port} after {timeout:g} s; see {self.log(name)}")
+
+    def log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+    def start_superlink(self) -> None:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        args = [_bin("flower-superlink"), "--port", str(self.port), "--disable-runtime-dependency-installation"]
+        if self.tls:
+            certs = make_certificates(self.root / "certs")
+            args += ["--ssl-ca-certfile", str(certs["ca.crt"]), "--ssl-certfile", str(certs["server.crt"])]
+            args += ["--ssl-keyfile", str(certs["server.key"])]
+            if self.auth:
+                args.append("--enable-supernode-auth")
+        else:
+            args.append("--insecure")
+        self._spawn("superlink", args, self.root / "home" / "superlink")
+        self._wait_listening(self.port, "superlink")
+        self.write_cli_config()
+
+    def register(self, public_key: Path, name: str) -> None:
+        """Register an organisation's public key on the SuperLink (node authentication)."""
+        _run(
+            [_bin("flwr"), "supernode", "register", str(public_key), CONNECTION, "--name", name],
+            env=self.env(self.cli_home),
+        )
+
+    def supernode_args(self, org: str, data: Path, private_key: Path | None) -> list[str]:
+        port = self.node_ports.setdefault(org, free_port())
+        cache = self.root / "cache" / org
+        node_config = f"organisation='{org}' data-path='{Path(data).resolve()}' cache-dir='{cache}'"
+        args = [_bin("flower-supernode"), "--superlink", self.address, "--port", str(port)]
+        args += ["--node-config", node_config]
+        if self.tls:
+            args += ["--root-certificates", str(self.root / "certs" / "ca.crt")]
+        else:
+            args.append("--insecure")
+        if private_key is not None:
+            args += ["--auth-supernode-private-key", str(private_key)]
+        return args
+
+    def start_supernode(self, org: str, data: Path, register: bool = True) -> subprocess.Popen:
+        key = None
+        if self.auth:
+            key, public = make_key_pair(self.root / "keys", org)
+            if register:
+                self.register(public, org)
+        return self._spawn(f"supernode-{org}", self.supernode_args(org, data, key), self.root / "home" / org)
+
+    def start(self) -> LocalFederation:
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.start_superlink()
+            for org, data in self.organisations.items():
+                self.start_supernode(org, data)
+        except BaseException:
+            self.stop()
+            raise
+        logger.info(
+            "federation up at %s (TLS %s, node auth %s): %d SuperNodes",
+            self.address,
+            "on" if self.tls else "off",
+            "on" if self.auth else "off",
+            len(self.organisations),
+        )
+        return self
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Kill one process and its children (a fault, in tests)."""
+        process = self.processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        process.wait(timeout=30)
+
+    def stop(self, timeout: float = 10) -> None:
+        """Stop every process this federation started (their children too); safe to call twice."""
+        for _name, process in reversed(list(self.processes.items())):
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        deadline = time.monotonic() + timeout
+        for process in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):  # children (SuperExec, ClientApps) share the session
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        self.processes.clear()
+        state = self.root / "federation.json"
+        if state.exists():
+            state.unlink()
+
+    def __enter__(self) -> LocalFederation:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- runs -------------------------------------------------------------------------
+
+    def submit(self, run_config: Mapping[str, str], timeout: float = 600) -> int:
+        """``flwr run`` the app with ``run_config``; waits until the run ends; returns its id."""
+        config = " ".join(f"{k}='{v}'" for k, v in run_config.items())
+        args = [_bin("flwr"), "run", str(APP_DIR), CONNECTION, "--run-config", config, "--format", "json"]
+        out = _run(args, env=self.env(self.cli_home), timeout=120)
+        run_id = int(json.loads(out[out.index("{") :])["run-id"])
+        return self.wait(run_id, timeout)
+
+    def status(self, run_id: int) -> str:
+        args = [_bin("flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"]
+        out = _run(args, env=self.env(self.cli_home))
+        runs = json.loads(out[out.index("{") :]).get("runs", [])
+        return str(runs[0].get("status", "")) if runs else ""
+
+    def wait(self, run_id: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status(run_id)
+            if status.startswith("finished"):
+                if status != "finished:completed":
+                    raise DeploymentError(f"run {run_id} ended as {status}; logs: flwr log {run_id} {CONNECTION}")
+                return run_id
+            time.sleep(0.5)
+        raise DeploymentError(f"run {run_id} did not finish within {timeout:g} s")
+
+    def run_log(self, run_id: int) -> str:
+        args = [_bin("flwr"), "log", str(run_id), CONNECTION, "--show"]
+        return subprocess.run(args, capture_output=True, text=True, env=self.env(self.cli_home), check=False).stdout

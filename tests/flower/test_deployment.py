@@ -1,0 +1,65 @@
+"""The real deployment on loopback: flower-superlink and one flower-supernode per organisation,
+with TLS and node authentication, started and stopped by ``LocalFederation``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedtopic_pipelines.flower.deployment import LocalFederation, make_key_pair
+from tests.conftest import make_tiny_raw_tables
+from tests.flower.test_federation import TRAIN, in_process, job, write_sites
+
+pytestmark = pytest.mark.deployment
+ROUNDS = 3
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("federation")
+    paths = write_sites(make_tiny_raw_tables(), root)
+    fed = LocalFederation(root / "fed", paths)
+    with fed:  # stops every process even when a test fails
+        yield fed, paths, root
+    assert not fed.processes
+
+
+def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation) -> None:
+    fed, paths, root = federation
+    train = {**TRAIN, "max_steps": ROUNDS}
+    job_file = root / "job.json"
+    job_file.write_text(json.dumps(job(list(paths), train).to_dict()))
+    fed.submit({"job-file": str(job_file), "output-dir": str(root / "out")}, timeout=240)
+    model = torch.load(root / "out" / "model.pt", weights_only=False)
+    _, expected = in_process(paths, train)
+    worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-5, f"max abs parameter difference {worst}"
+    assert len(model.history) == ROUNDS
+    run = json.loads((root / "out" / "run.json").read_text())
+    assert sorted(run["nodes"]) == sorted(paths) and len(run["latencies_s"]) == ROUNDS
+
+
+def test_a_supernode_with_an_unregistered_key_is_refused(federation) -> None:
+    fed, paths, _ = federation
+    key, _ = make_key_pair(fed.root / "stranger-keys", "stranger")
+    args = fed.supernode_args("stranger", next(iter(paths.values())), key)
+    process = fed._spawn(
+        "supernode-stranger", [*args, "--max-retries", "2", "--max-wait-time", "20"], fed.root / "home" / "stranger"
+    )
+    assert process.wait(timeout=60) != 0
+    assert "305" in fed.log("supernode-stranger").read_text()
+
+
+def test_a_plaintext_supernode_cannot_connect_to_the_tls_superlink(federation) -> None:
+    fed, paths, _ = federation
+    fed.tls = False  # build plaintext flags for this one node only
+    try:
+        args = fed.supernode_args("plain", next(iter(paths.values())), None)
+    finally:
+        fed.tls = True
+    process = fed._spawn(
+        "supernode-plain", [*args, "--max-retries", "2", "--max-wait-time", "20"], fed.root / "home" / "plain"
+    )
+    assert process.wait(timeout=60) != 0
