@@ -13,7 +13,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: install run test lint bench bench-synthetic repro clean-data
+.PHONY: install run test lint bench bench-synthetic repro clean-data federation-up federation-down federation-demo
 
 install: $(STAMP) $(DEMO_WHEEL) .dvc/analytics-off
 
@@ -51,6 +51,16 @@ bench: install
 
 bench-synthetic: install   # one full-scale point of the synthetic experiment (tens of minutes on 2 cores)
 	$(BIN)/python bench/bench_synthetic.py
+
+# A local Flower federation (TLS, node authentication) of the current corpus's organisations.
+federation-up: install
+	$(BIN)/python -m fedtopic_pipelines.flower.cli up
+
+federation-down:
+	$(BIN)/python -m fedtopic_pipelines.flower.cli down
+
+federation-demo: install   # up, a short federated training of the demo corpus, down; data/08_reporting/federation_demo.json
+	$(BIN)/python -m fedtopic_pipelines.flower.cli demo
 
 clean-data:
 	find data -type f ! -name .gitkeep -delete

@@ -77,3 +77,110 @@ def test_same_vocabulary_and_parameters_as_the_in_process_engine(tiny_raw_tables
     worst = max(float((result.model.state[k] - expected[k]).abs().max()) for k in expected)
     assert worst <= 1e-5, f"max abs parameter difference {worst}"
     assert any(float((result.model.state[k] - expected[k]).abs().max()) == 0 for k in expected)
+
+
+def corrupting(app, org: str, corrupt):
+    """A ClientApp that answers like the real one, except that ``org`` corrupts its training replies."""
+    from flwr.app import Message
+
+    from fedtopic_pipelines.flower.records import record_to_update, update_to_record
+
+    def handle(message, context):
+        reply = app(message, context)
+        if context.node_config["organisation"] != org or not message.metadata.message_type.startswith("train"):
+            return reply
+        update = record_to_update(reply.content, org)
+        tensors = corrupt(dict(update.tensors))
+        bad = type(update)(
+            org, update.kind, tensors, update.num_examples, statistics=update.statistics, metrics=update.metrics
+        )
+        return Message(update_to_record(bad), reply_to=message)
+
+    return handle
+
+
+def _nan(t):
+    name = next(iter(t))
+    t[name] = t[name].clone().fill_(float("nan"))
+    return t
+
+
+def _inf(t):
+    name = next(iter(t))
+    t[name] = t[name].clone().fill_(float("inf"))
+    return t
+
+
+def _shape(t):
+    name = next(iter(t))
+    t[name] = t[name].reshape(-1)[:-1]
+    return t
+
+
+def _name(t):
+    t["backdoor"] = t.pop(next(iter(t)))
+    return t
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "reason"),
+    [
+        (_nan, "contains NaN or Inf"),
+        (_inf, "contains NaN or Inf"),
+        (_shape, "has shape"),
+        (_name, "unknown ['backdoor']"),
+    ],
+)
+def test_untrusted_updates_are_rejected_and_never_touch_the_model(
+    tiny_raw_tables, tmp_path, corrupt, reason, caplog
+) -> None:
+    train = {**TRAIN, "max_steps": 4}
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    flower = {"round_timeout_s": 0.5}
+    spec = {**job(list(paths), train).to_dict(), "flower": flower}
+    attacked = run_federation(
+        LocalGrid(corrupting(client_app, "beta", corrupt), node_configs(paths, tmp_path)), Job.from_dict(spec)
+    )
+    assert all("beta" in r.rejected and reason in r.rejected["beta"] for r in attacked.model.history)
+    assert any("rejected" in m and "beta" in m for m in caplog.messages)
+    # the same run without beta's node answering at all: identical model, so beta's updates changed nothing
+    silent = LocalGrid(
+        client_app,
+        node_configs(paths, tmp_path / "other"),
+        drop=lambda node, m: node == 101 and m.metadata.message_type.startswith("train"),
+    )
+    without = run_federation(silent, Job.from_dict(spec))
+    assert all(r.failed.get("beta", "").startswith("no reply") for r in without.model.history)
+    assert all(torch.equal(attacked.model.state[k], without.model.state[k]) for k in attacked.model.state)
+
+
+def test_clients_send_only_counts_terms_tensors_sizes_and_metrics(tiny_raw_tables, tmp_path) -> None:
+    """Every record every client sends during a run: no document, no token list, no document id."""
+    sent: list[tuple[int, object]] = []
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    grid = LocalGrid(
+        client_app, node_configs(paths, tmp_path), on_send=lambda node, msg, reply: sent.append((node, reply))
+    )
+    result = run_federation(grid, job(list(paths), {**TRAIN, "validation_fraction": 0.25, "validation_every": 4}))
+    texts = {t for table in tiny_raw_tables.values() for t in table["text"]}
+    doc_ids = {d for table in tiny_raw_tables.values() for d in table["doc_id"]}
+    allowed_records = {"reply", "meta", "metrics", "tensors", "tensors.layout", "statistics", "statistics.layout"}
+    strings: set[str] = set()
+    for _, reply in sent:
+        assert not reply.has_error()
+        assert set(reply.content) <= allowed_records, set(reply.content)
+        for record in reply.content.config_records.values():
+            for value in record.values():
+                values = value if isinstance(value, list) else [value]
+                strings |= {v for v in values if isinstance(v, str)}
+        for record in reply.content.array_records.values():
+            assert all(a.numpy().dtype.kind in "fiu" for a in record.values())  # numbers only
+    assert not strings & texts and not strings & doc_ids
+    assert all(" " not in s or s.startswith("{") for s in strings)  # single terms, names, or JSON counts
+    vocabulary = set(result.vocabulary["term"])
+    parameter_names = set(result.model.state)
+    other = strings - vocabulary - parameter_names - set(paths) - {"gradients", "metrics", "float32", "int64"}
+    assert all(
+        s.startswith("{") or s.split(".")[0] in {"encoder", "decoder", "bn", "prior"} or s.endswith((".mean", ".var"))
+        for s in other
+    ), other

@@ -321,7 +321,7 @@ class FlowerConfig:
     ``checkpoint_dir`` and a restarted run resumes from it (0: no checkpoints).
     """
 
-    round_timeout_s: float = 30.0
+    round_timeout_s: float = 120.0
     stage_timeout_s: float = 1800.0
     connect_timeout_s: float = 120.0
     poll_s: float = 0.01

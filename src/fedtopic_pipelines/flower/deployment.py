@@ -336,7 +336,10 @@ class LocalFederation:
             status = self.status(run_id)
             if status.startswith("finished"):
                 if status != "finished:completed":
-                    raise DeploymentError(f"run {run_id} ended as {status}; logs: flwr log {run_id} {CONNECTION}")
+                    log = self.log(f"run-{run_id}")
+                    log.write_text(self.run_log(run_id))
+                    tail = "\n".join(log.read_text().splitlines()[-15:])
+                    raise DeploymentError(f"run {run_id} ended as {status}; its log is in {log}:\n{tail}")
                 return run_id
             time.sleep(0.5)
         raise DeploymentError(f"run {run_id} did not finish within {timeout:g} s")

@@ -1,0 +1,66 @@
+"""Core messages survive the trip through Flower records bit for bit; malformed replies are named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
+from fedtopic_pipelines.flower.records import (
+    MalformedRecord,
+    instruction_to_record,
+    record_to_instruction,
+    record_to_update,
+    update_to_record,
+)
+
+
+def test_instruction_and_update_round_trip_exactly() -> None:
+    state = {"w": torch.randn(3, 4), "b": torch.ones(4), "same_as_b": torch.ones(4), "count": torch.tensor(7)}
+    back = record_to_instruction(instruction_to_record(Instruction(5, state, {"action": "gradients"})))
+    assert back.round == 5 and back.config == {"action": "gradients"}
+    assert all(torch.equal(back.state[k], state[k]) and back.state[k].dtype == state[k].dtype for k in state)
+    update = Update(
+        "ignored",
+        UpdateKind.GRADIENTS,
+        {"w": torch.randn(3, 4), "z1": torch.zeros(2), "z2": torch.zeros(2)},
+        12,
+        row_indices={"rows": torch.tensor([1, 5], dtype=torch.int64)},
+        statistics={"bn.mean": torch.rand(4)},
+        metrics={"loss": 1.5},
+    )
+    got = record_to_update(update_to_record(update), "alpha")
+    assert got.client_id == "alpha"  # the engine's name for the node, never the record's
+    assert (got.kind, got.num_examples, got.metrics) == (update.kind, 12, {"loss": 1.5})
+    for mine, theirs in ((got.tensors, update.tensors), (got.statistics, update.statistics)):
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    assert torch.equal(got.row_indices["rows"], update.row_indices["rows"])
+    metrics_only = record_to_update(update_to_record(Update("x", UpdateKind.METRICS, {}, 3, metrics={"v": 2.0})), "a")
+    assert metrics_only.tensors == {} and metrics_only.metrics == {"v": 2.0}
+
+
+def _reply(**changes) -> RecordDict:
+    record = update_to_record(Update("x", UpdateKind.GRADIENTS, {"w": torch.ones(2, 2)}, 4))
+    content = {name: record[name] for name in record}
+    content.update(changes)
+    return RecordDict(content)
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"documents": ConfigRecord({"text": "a private sentence"})}, "unknown records ['documents']"),
+        ({"meta": ConfigRecord({"kind": "weights?", "num_examples": 4})}, "unknown update kind"),
+        ({"meta": ConfigRecord({"kind": "gradients", "num_examples": 4.5})}, "num_examples must be an integer"),
+        ({"tensors": ArrayRecord({"packed.float32": torch.ones(3)})}, "runs past the packed data"),
+        ({"tensors": ArrayRecord({"packed.float32": torch.ones(5)})}, "does not cover the packed data"),
+        (
+            {"tensors.layout": ConfigRecord({"names": ["w"], "dtypes": ["int8"], "ndims": [2], "shapes": [2, 2]})},
+            "bad layout",
+        ),
+    ],
+)
+def test_malformed_replies_are_named(changes, says) -> None:
+    with pytest.raises(MalformedRecord, match=says.replace("[", r"\[").replace("]", r"\]").replace("?", r"\?")):
+        record_to_update(_reply(**changes), "alpha")
