@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import pickle
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,11 +23,10 @@ import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig
 from fedtopic_pipelines.core.federated.client import GradientClient
-from fedtopic_pipelines.core.ingest.common import ShardedTable
-from fedtopic_pipelines.core.text.demo import CorpusError
-from fedtopic_pipelines.core.text.preprocess import preprocess_shards
 from fedtopic_pipelines.core.training import hold_out_one, organisation_client, resolve_device
-from fedtopic_pipelines.core.vocab.consensus import propose_terms, vectorize_frames
+
+# Text processing (pandas, pyarrow, nltk: seconds of imports) is imported only by the stages
+# that need it, not by training messages: a Flower ClientApp may be a fresh process per message.
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +35,11 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def read_raw(path: Path) -> ShardedTable:
-    """An organisation's raw documents: a folder of Parquet shards or one Parquet file."""
+def read_raw(path: Path):
+    """An organisation's raw documents (a ``ShardedTable``): a folder of Parquet shards or one Parquet file."""
+    from fedtopic_pipelines.core.ingest.common import ShardedTable
+    from fedtopic_pipelines.core.text.demo import CorpusError
+
     if path.is_dir():
         table = ShardedTable.from_directory(path)
         if not table.paths:
@@ -65,17 +66,24 @@ class Site:
         self.name = name
         self.data_path = Path(data_path)
         self.cache_dir = Path(cache_dir)
-        self.raw = read_raw(self.data_path)
+        self.shards = sorted(self.data_path.glob("*.parquet")) if self.data_path.is_dir() else [self.data_path]
+
+    @property
+    def raw(self):
+        return read_raw(self.data_path)
 
     def fingerprint(self) -> list:
         """What the cached results depend on: every shard's name, size and modification time."""
-        return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in self.raw.paths]
+        return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in self.shards if p.exists()]
 
     def _tokens_dir(self, config: PreprocessConfig) -> Path:
         return self.cache_dir / f"tokens-{_digest(self.name, self.fingerprint(), asdict(config))}"
 
-    def preprocess(self, config: PreprocessConfig) -> tuple[ShardedTable, dict[str, int]]:
-        """Tokens and training-split term counts, computed once per data and parameters."""
+    def preprocess(self, config: PreprocessConfig):
+        """Tokens (a ``ShardedTable``) and training-split term counts, computed once per data and parameters."""
+        from fedtopic_pipelines.core.ingest.common import ShardedTable
+        from fedtopic_pipelines.core.text.preprocess import preprocess_shards
+
         folder = self._tokens_dir(config)
         done = folder / "term_counts.json"
         if done.is_file():
@@ -96,22 +104,27 @@ class Site:
 
     def proposal(self, preprocess: PreprocessConfig, consensus: ConsensusConfig) -> dict[str, int]:
         """This organisation's vocabulary proposal: its top-N terms and their counts."""
+        from fedtopic_pipelines.core.vocab.consensus import propose_terms
+
         _, counts = self.preprocess(preprocess)
         return propose_terms(counts, consensus.top_n, consensus.min_count)
 
     def prepare(self, preprocess: PreprocessConfig, terms: list[str], config: TrainConfig, index: int) -> Prepared:
         """The training split over ``terms`` (cached), minus the validation documents held out."""
         tokens_dir = self._tokens_dir(preprocess)
-        path = self.cache_dir / f"bow-{_digest(tokens_dir.name, terms)}.pkl"
-        if path.is_file():
-            bow, report = pickle.loads(path.read_bytes())
-        else:
+        path = self.cache_dir / f"bow-{_digest(tokens_dir.name, terms)}.npz"
+        report_path = path.with_suffix(".json")
+        if not (path.is_file() and report_path.is_file()):
+            from fedtopic_pipelines.core.vocab.consensus import vectorize_frames
+
             tokens, _ = self.preprocess(preprocess)
             bow, report = vectorize_frames(tokens.frames(), terms)
-            partial = path.with_suffix(".partial")
-            partial.write_bytes(pickle.dumps((bow, report)))
+            partial = path.with_name(path.stem + ".partial.npz")
+            sp.save_npz(partial, bow.subset("train").matrix)
+            report_path.write_text(json.dumps(report))
             partial.rename(path)
-        train = bow.subset("train").matrix
+        report = json.loads(report_path.read_text())
+        train = sp.load_npz(path).tocsr()
         validation = None
         if config.validation_fraction > 0:
             train, validation = hold_out_one(self.name, train, config.validation_fraction, config.seed, index)
