@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -142,6 +143,7 @@ class LocalFederation:
     organisations: Mapping[str, Path]
     tls: bool = True
     auth: bool = True
+    warm: bool = True
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ports: dict[str, int] = field(default_factory=dict)
@@ -245,7 +247,11 @@ class LocalFederation:
         port = self.node_ports.setdefault(org, free_port())
         cache = self.root / "cache" / org
         node_config = f"organisation='{org}' data-path='{Path(data).resolve()}' cache-dir='{cache}'"
-        args = [_bin("flower-supernode"), "--superlink", self.address, "--port", str(port)]
+        if self.warm:  # ClientApps that stay alive (flower/supernode.py)
+            args = [sys.executable, "-m", "fedtopic_pipelines.flower.supernode", "--isolation", "process"]
+        else:
+            args = [_bin("flower-supernode")]
+        args += ["--superlink", self.address, "--port", str(port)]
         args += ["--node-config", node_config]
         if self.tls:
             args += ["--root-certificates", str(self.root / "certs" / "ca.crt")]
@@ -317,12 +323,27 @@ class LocalFederation:
     # -- runs -------------------------------------------------------------------------
 
     def submit(self, run_config: Mapping[str, str], timeout: float = 600) -> int:
-        """``flwr run`` the app with ``run_config``; waits until the run ends; returns its id."""
+        """``flwr run --stream`` the app with ``run_config``: returns the run id once the run ended well.
+
+        One CLI process follows the run until it finishes (its output goes to
+        ``logs/flwr-run.log``); polling ``flwr ls`` instead would start a CLI process (seconds
+        of imports) every poll and slow the federation down on a small machine.
+        """
         config = " ".join(f"{k}='{v}'" for k, v in run_config.items())
-        args = [_bin("flwr"), "run", str(APP_DIR), CONNECTION, "--run-config", config, "--format", "json"]
-        out = _run(args, env=self.env(self.cli_home), timeout=120)
-        run_id = int(json.loads(out[out.index("{") :])["run-id"])
-        return self.wait(run_id, timeout)
+        args = [_bin("flwr"), "run", str(APP_DIR), CONNECTION, "--run-config", config, "--stream"]
+        log = self.log("flwr-run")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as out:
+            try:
+                subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, env=self.env(self.cli_home), timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise DeploymentError(f"the run did not finish within {timeout:g} s; see {log}") from None
+        text = log.read_text()
+        found = re.search(r"Successfully started run (\d+)", text)
+        if found is None:
+            raise DeploymentError(f"flwr run did not start a run; see {log}:\n{text[-2000:]}")
+        run_id = int(found.group(1))
+        return self.wait(run_id, 60)
 
     def status(self, run_id: int) -> str:
         args = [_bin("flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"]

@@ -7,15 +7,22 @@ Kedro node that submitted the run reads.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
+import flwr.superlink.grid.http_grid as http_grid
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.inflatable import inflatable_utils
 
 from fedtopic_pipelines.flower.federation import Job, run_federation, save_result
 
 logger = logging.getLogger(__name__)
+
+# A reply is visible before its arrays finish uploading; Flower 1.41 then retries the pull
+# after 1 s, doubling (hard-coded). Start at 10 ms: rounds are meant to take less than 1 s.
+http_grid.pull_objects = functools.partial(inflatable_utils.pull_objects, initial_backoff=0.01, backoff_cap=0.1)
 
 app = ServerApp()
 

@@ -1,0 +1,192 @@
+"""``flower-supernode`` whose ClientApps stay alive: a round in well under a second instead of tens.
+
+    python -m fedtopic_pipelines.flower.supernode <flower-supernode arguments> --isolation process
+
+Flower 1.41 runs every message in a fresh ``flwr-clientapp`` process (importing flwr,
+torch and the app: seconds), and its SuperNode sleeps 3 s between polls when idle and
+0.5 s while it waits for a reply. Neither is an option of 1.41 (its warm executor pools
+serve only Kubernetes, and not ClientApps). This launcher keeps Flower's SuperNode, its
+Fleet protocol to the SuperLink, TLS and node authentication, and changes two things:
+
+* **the executor**: with ``--isolation process`` Flower expects an external executor on
+  the SuperNode's runtime API. The one here is a thread of the SuperNode process that
+  claims ClientApp tasks there and runs them in process with the same steps as Flower's
+  ``run_clientapp`` (pull the task input and the message, call the ClientApp, push the
+  reply and the task output), so the app is imported once;
+* **the waits**: the SuperNode's hard-coded sleeps are capped at ``FEDTOPIC_POLL_S``
+  (default 0.02 s), and object pulls start retrying after 10 ms instead of 1 s.
+
+These are patches of Flower 1.41 internals (``pyproject.toml`` pins ``flwr<1.42``); the
+loopback tests, which compare the trained parameters with the in-process engine's, would
+catch a Flower change that breaks them.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import sys
+import threading
+import time
+import types
+
+import flwr.supernode.start_client_internal as supernode_loop
+from flwr.supercore.inflatable import inflatable_utils
+
+logger = logging.getLogger(__name__)
+
+POLL_S = float(os.environ.get("FEDTOPIC_POLL_S", "0.02"))
+NEW_TASK = threading.Event()
+
+
+def patch_waits(poll_s: float = POLL_S) -> None:
+    """Cap the SuperNode loop's sleeps and the object-pull backoff (both hard-coded in Flower 1.41)."""
+    supernode_loop.time = types.SimpleNamespace(sleep=lambda seconds: time.sleep(min(seconds, poll_s)))
+    supernode_loop.pull_objects = functools.partial(
+        inflatable_utils.pull_objects, initial_backoff=0.01, backoff_cap=0.1
+    )
+    pull_and_store = supernode_loop._pull_and_store_message
+
+    def pull_store_and_wake(*args, **kwargs):
+        run_id = pull_and_store(*args, **kwargs)
+        if run_id is not None:
+            NEW_TASK.set()
+        return run_id
+
+    supernode_loop._pull_and_store_message = pull_store_and_wake
+
+
+def _runtime_address(argv: list[str]) -> str:
+    host, port = "127.0.0.1", "9094"  # flower-supernode's defaults for its runtime API
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--host":
+            host = "127.0.0.1" if value == "0.0.0.0" else value
+        elif flag == "--port":
+            port = value
+    return f"{host}:{port}"
+
+
+def _runtime_client(address: str, token: str | None = None):
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    interceptors = [RuntimeVersionHttpInterceptor(component_name="flwr-clientapp")]
+    if token is not None:
+        interceptors.append(RuntimeTokenHttpInterceptor(token))
+    # No retry invoker: Flower's default one signals its own process on HTTP 401, which here is the SuperNode.
+    return RuntimeHttpClient.from_server_address(
+        server_address=address, insecure=True, root_certificates=None, interceptors=interceptors
+    )
+
+
+_APPS: dict[str, object] = {}  # FAB hash -> loaded ClientApp (imported once per process)
+
+
+def run_task(address: str, token: str) -> None:
+    """One claimed ClientApp task: the steps of Flower's ``run_clientapp``, in this process."""
+    from flwr.app import Error, Message
+    from flwr.cli.install import install_from_fab
+    from flwr.clientapp.utils import get_load_client_app_fn
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
+    from flwr.proto.node_pb2 import Node
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+        make_confirm_message_received_fn_protobuf,
+        make_pull_object_fn_protobuf,
+    )
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+
+    client = _runtime_client(address, token)
+    message = context = reply = None
+    status, details = SubStatus.FAILED, "fedtopic executor: unknown failure"
+    try:
+        task = client.PullTaskInput(PullTaskInputRequest())
+        TaskIdentity.task_id, TaskIdentity.run_id = task.task_id, task.run.run_id
+        TaskIdentity.node_id = task.context.node_id
+        context, run, fab = context_from_proto(task.context), run_from_proto(task.run), fab_from_proto(task.fab)
+        pulled = None
+        for _ in range(2000):  # the SuperNode creates the task just before it stores the message
+            pulled = client.PullMessages(PullAppMessagesRequest())
+            if pulled.messages_list:
+                break
+            time.sleep(0.005)
+        if pulled is None or not pulled.messages_list:
+            raise RuntimeError("the SuperNode gave a task without a message")
+        tree = pulled.message_object_trees[0]
+        node = Node(node_id=context.node_id)
+        message = pull_and_inflate_object_from_tree(
+            tree,
+            make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+            make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
+            return_type=Message,
+            initial_backoff=0.01,
+            backoff_cap=0.1,
+        )
+        message.metadata.__dict__["_message_id"] = tree.object_id
+        app = _APPS.get(fab.hash_str)
+        if app is None:
+            install_from_fab(fab.content, skip_prompt=True)
+            loader = get_load_client_app_fn(default_app_ref="", app_path=None, multi_app=True)
+            app = _APPS[fab.hash_str] = loader(run.fab_id, run.fab_version, fab.hash_str)
+        reply = app(message=message, context=context)
+        status, details = SubStatus.COMPLETED, ""
+    except Exception as exc:  # answer with an error reply, as Flower's own executor does
+        logger.exception("ClientApp task failed")
+        details = f"{type(exc).__name__}: {exc}"
+        if message is not None:
+            reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details), reply_to=message)
+    finally:
+        try:
+            if reply is not None and context is not None:
+                push_message(client, reply, context)
+        except Exception:
+            logger.exception("could not push the reply")
+        push_task_output(client=client, context=context, sub_status=status, details=details)
+        client.close()
+
+
+def serve(address: str, wake: threading.Event) -> None:
+    """Claim and run ClientApp tasks for as long as the SuperNode lives."""
+    import httpx
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest
+    from flwr.supercore.constant import TaskType
+
+    claimant = _runtime_client(address)
+    request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
+    while True:
+        try:
+            task = claimant.AcquireTask(request)
+        except (httpx.TransportError, httpx.HTTPStatusError):
+            time.sleep(0.2)  # the runtime API is not up yet
+            continue
+        if task.HasField("task") and task.token:
+            try:
+                run_task(address, task.token)
+            except Exception:  # keep serving: the SuperNode reports the task as failed
+                logger.exception("ClientApp task could not be completed")
+            continue
+        wake.wait(timeout=1.0)
+        wake.clear()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--isolation" not in argv or argv[argv.index("--isolation") + 1 :][:1] != ["process"]:
+        raise SystemExit("python -m fedtopic_pipelines.flower.supernode needs '--isolation process'")
+    patch_waits()
+    threading.Thread(
+        target=serve, args=(_runtime_address(argv), NEW_TASK), daemon=True, name="fedtopic-clientapp-executor"
+    ).start()
+    from flwr.supernode.cli import flower_supernode
+
+    sys.argv = ["flower-supernode", *argv]
+    flower_supernode()
+
+
+if __name__ == "__main__":
+    main()
