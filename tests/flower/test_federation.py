@@ -184,3 +184,54 @@ def test_clients_send_only_counts_terms_tensors_sizes_and_metrics(tiny_raw_table
         s.startswith("{") or s.split(".")[0] in {"encoder", "decoder", "bn", "prior"} or s.endswith((".mean", ".var"))
         for s in other
     ), other
+
+
+class ServerKilled(Exception):
+    """Stands for the ServerApp process being killed."""
+
+
+class KillingGrid(LocalGrid):
+    """Raises (as a killed ServerApp would stop) when the server sends training round ``at``."""
+
+    def __init__(self, *args, at: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.at = at
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for message in messages:
+            config = message.content.config_records.get("config")
+            if message.metadata.message_type.startswith("train") and config is not None and config["round"] == self.at:
+                raise ServerKilled
+        return super().push_messages(messages)
+
+
+@pytest.mark.parametrize("validation", [0.0, 0.25])
+def test_a_restarted_server_resumes_from_its_checkpoint_without_losing_or_repeating_rounds(
+    tiny_raw_tables, tmp_path, validation
+) -> None:
+    train = {**TRAIN, "max_steps": 10, "validation_fraction": validation, "validation_every": 3}
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    spec = {
+        **job(list(paths), train).to_dict(),
+        "flower": {"checkpoint_every": 3, "checkpoint_dir": str(tmp_path / "ckpt")},
+    }
+    reference = run_federation(LocalGrid(client_app, node_configs(paths, tmp_path / "a")), job(list(paths), train))
+    with pytest.raises(ServerKilled):
+        run_federation(KillingGrid(client_app, node_configs(paths, tmp_path / "b"), at=8), Job.from_dict(spec))
+    saved = list((tmp_path / "ckpt").glob("*.pt"))
+    assert len(saved) == 1 and torch.load(saved[0], weights_only=False)["next_round"] == 6
+    # a new run (fresh node contexts, as after a restart): rounds 6.. only, nodes replay their streams to round 6
+    trained = []
+    grid = LocalGrid(
+        client_app,
+        node_configs(paths, tmp_path / "c"),
+        on_send=lambda node, msg, reply: (
+            trained.append(msg.metadata.message_type) if msg.metadata.message_type.startswith("train") else None
+        ),
+    )
+    resumed = run_federation(grid, Job.from_dict(spec))
+    assert len(trained) == (10 - 6) * len(paths)  # only the rounds after the checkpoint were run again
+    assert [r.round for r in resumed.model.history] == list(range(10))
+    assert [r.loss for r in resumed.model.history] == [r.loss for r in reference.model.history]
+    assert all(torch.equal(resumed.model.state[k], reference.model.state[k]) for k in reference.model.state)

@@ -14,6 +14,7 @@ the organisations' order fixes their seeds, exactly as in ``train_scenarios``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -170,7 +171,11 @@ def run_federation(grid: Grid, job: Job) -> FederationResult:
         name="federated",
     )
     engine = GridEngine(grid, nodes, cfg.round_timeout_s, cfg.poll_s)
-    history = server.run(engine)
+    checkpoints = Checkpoints(job, terms) if cfg.checkpoint_every else None
+    if checkpoints is not None and (saved := checkpoints.load()) is not None:
+        server.resume(saved)
+        logger.info("resumed from %s at round %d", checkpoints.path, server.next_round)
+    history = server.run(engine, on_round_end=None if checkpoints is None else checkpoints.maybe_save)
     state = {k: v.detach().cpu().clone() for k, v in global_model.state_dict().items()}
     model = TrainedModel(
         "federated",
@@ -190,6 +195,33 @@ def run_federation(grid: Grid, job: Job) -> FederationResult:
         list(engine.latencies),
         {"prepare": {org: dict(prepared[org]) for org in job.organisations}},
     )
+
+
+class Checkpoints:
+    """The server's state every ``checkpoint_every`` rounds, for a restarted ServerApp to resume from.
+
+    Written atomically (temporary file, then rename) to ``checkpoint_dir/<job digest>.pt``;
+    the digest covers the job and the vocabulary, so a changed job never resumes from an
+    unrelated run. The nodes rejoin at the checkpoint's round by replaying their streams.
+    """
+
+    def __init__(self, job: Job, terms: list[str]) -> None:
+        what = {k: v for k, v in job.to_dict().items() if k != "flower"}  # timeouts may change on restart
+        digest = hashlib.sha256(json.dumps([what, terms], sort_keys=True, default=str).encode())
+        self.every = job.flower.checkpoint_every
+        self.path = Path(str(job.flower.checkpoint_dir)) / f"federated-{digest.hexdigest()[:16]}.pt"
+
+    def load(self) -> dict[str, Any] | None:
+        return torch.load(self.path, weights_only=False) if self.path.is_file() else None
+
+    def maybe_save(self, server: FederatedServer) -> None:
+        if server.next_round % self.every and not server.stopped_early:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        torch.save(server.checkpoint(), partial)
+        partial.replace(self.path)
+        logger.info("checkpoint after round %d: %s", server.next_round - 1, self.path)
 
 
 def _names(grid: Grid, nodes: list[int], cfg: FlowerConfig) -> dict[int, str]:
