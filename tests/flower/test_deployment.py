@@ -63,3 +63,38 @@ def test_a_plaintext_supernode_cannot_connect_to_the_tls_superlink(federation) -
         "supernode-plain", [*args, "--max-retries", "2", "--max-wait-time", "20"], fed.root / "home" / "plain"
     )
     assert process.wait(timeout=60) != 0
+
+
+def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation) -> None:
+    """Runs last in this module: it kills one SuperNode (SIGKILL, no goodbye to the SuperLink)."""
+    import threading
+    import time
+
+    fed, paths, root = federation
+    train = {**TRAIN, "max_steps": 6}
+    spec = {**job(list(paths), train).to_dict(), "flower": {"round_timeout_s": 6}}
+    job_file = root / "job-kill.json"
+    job_file.write_text(json.dumps(spec))
+    done: dict[str, object] = {}
+
+    def submit() -> None:
+        try:
+            done["run"] = fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-kill")}, timeout=240)
+        except Exception as exc:  # reported by the assertion below
+            done["error"] = exc
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    log = fed.log("flwr-run")
+    deadline = time.monotonic() + 180
+    while "train federated" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)  # training has started: rounds are under way
+    fed.kill("supernode-gamma")
+    thread.join(timeout=240)
+    assert "error" not in done, done.get("error")
+    model = torch.load(root / "out-kill" / "model.pt", weights_only=False)
+    assert len(model.history) == 6  # no round lost: the others went on
+    failed = [r for r in model.history if "gamma" in r.failed]
+    assert failed and all(r.failed["gamma"].startswith("no reply within 6 s") for r in failed)
+    assert failed[-1] is model.history[-1]  # once gone, gone for the rest of the run
+    assert all(set(r.client_loss) == {"alpha", "beta"} for r in failed)  # eq. 2 over the remaining two
