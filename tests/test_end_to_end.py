@@ -103,6 +103,37 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     } <= artifacts
 
 
+@pytest.mark.deployment
+def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, tmp_path: Path) -> None:
+    """`--params=train.engine=flower`: the same catalog outputs and MLflow store, the same parameters."""
+    import pickle
+
+    from fedtopic_pipelines.flower.deployment import LocalFederation
+
+    orgs = ["computers", "recreation", "science", "politics_religion", "misc_forsale"]
+    steps = "train.max_steps=5,train.mlflow_every=1"
+    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={steps}"], smoke_run)
+    reference = pickle.loads((smoke_run / "data/06_models/trained_models.pkl").read_bytes())["federated"]
+    data = {org: smoke_run / "data/01_raw/organisations" / org for org in orgs}
+    with LocalFederation(tmp_path / "federation", data) as federation:
+        flower = f"{steps},train.engine=flower,train.flower.federation_dir={federation.root}"
+        _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={flower}"], smoke_run)
+    models = pickle.loads((smoke_run / "data/06_models/trained_models.pkl").read_bytes())
+    worst = max(float((models["federated"].state[k] - reference.state[k]).abs().max()) for k in reference.state)
+    assert worst <= 1e-5, f"max abs parameter difference Flower vs in-process: {worst}"
+    assert "centralized" in models and any(name.startswith("local__") for name in models)  # still in process
+    history = json.loads((smoke_run / "data/07_model_output/training_history.json").read_text())
+    assert history["federated"]["engine"] == "flower" and history["centralized"]["engine"] == "in_process"
+    assert sorted(history["federated"]["flower_run"]["nodes"]) == sorted(orgs)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{smoke_run / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("fedtopic_pipelines").experiment_id])
+    latest = max(runs, key=lambda r: r.info.start_time)
+    assert latest.data.params["train.engine"] == "flower"
+    assert len(client.get_metric_history(latest.info.run_id, "train.federated.loss")) == 5
+
+
 def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
     project = _copy_project(tmp_path)
     rng = np.random.default_rng(0)

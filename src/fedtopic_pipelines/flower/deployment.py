@@ -148,6 +148,18 @@ class LocalFederation:
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ports: dict[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def attach(cls, root: Path) -> LocalFederation:
+        """A federation started earlier (``make federation-up``), to submit runs to; it is not ours to stop."""
+        state_file = Path(root).resolve() / "federation.json"
+        if not state_file.is_file():
+            raise DeploymentError(
+                f"no federation is up under {state_file.parent} (start one with 'make federation-up')"
+            )
+        state = json.loads(state_file.read_text())
+        port = int(str(state["address"]).rsplit(":", 1)[1])
+        return cls(state_file.parent, {}, tls=bool(state["tls"]), auth=bool(state["auth"]), port=port)
+
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
         if self.auth and not self.tls:

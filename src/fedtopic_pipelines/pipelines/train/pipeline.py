@@ -14,6 +14,9 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                 inputs={
                     "params": "params:train",
                     "organisations": "params:organisations",
+                    "preprocess_params": "params:preprocess",
+                    "consensus_params": "params:vocab_consensus",
+                    "common_vocabulary": "common_vocabulary",
                     **{org: client(org, "bow") for org in organisations},
                 },
                 outputs=["trained_models", "training_history", "training_metrics_mlflow"],

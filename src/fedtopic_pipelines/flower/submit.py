@@ -1,0 +1,48 @@
+"""The ``flower`` engine of the Kedro ``train`` node: the federated scenario runs on a federation.
+
+The node writes the job (its parameter blocks and the organisations in order), submits it
+to the federation that ``make federation-up`` started (``train.flower.federation_dir``),
+waits for the run to end and reads back the model. The run's vocabulary must equal the
+catalog's ``common_vocabulary``: both come from the same documents and parameters, so a
+difference means the SuperNodes read other data than the pipeline did, and evaluating the
+model against the catalog's matrices would be wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from fedtopic_pipelines.core.training import TrainedModel
+from fedtopic_pipelines.flower.deployment import LocalFederation
+from fedtopic_pipelines.flower.federation import FederationError, Job
+
+logger = logging.getLogger(__name__)
+
+
+def train_on_flower(
+    job: Job, vocabulary: list[str], federation_dir: Path, run_timeout_s: float
+) -> tuple[TrainedModel, dict[str, Any]]:
+    """Submit ``job``; return the trained model and the run's facts (nodes, round latencies)."""
+    federation = LocalFederation.attach(federation_dir)
+    folder = federation.root / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(json.dumps(job.to_dict(), indent=2))
+    logger.info("federated scenario on the Flower federation at %s (job %s)", federation.address, folder / "job.json")
+    run_id = federation.submit({"job-file": str(folder / "job.json"), "output-dir": str(folder / "out")}, run_timeout_s)
+    terms = pd.read_parquet(folder / "out" / "vocabulary.parquet")["term"].tolist()
+    if terms != list(vocabulary):
+        raise FederationError(
+            f"the federation's vocabulary ({len(terms)} terms) differs from the catalog's common_vocabulary "
+            f"({len(vocabulary)} terms): the SuperNodes read other data or parameters than this pipeline "
+            f"(run {run_id}, {folder})"
+        )
+    model: TrainedModel = torch.load(folder / "out" / "model.pt", weights_only=False)
+    facts = json.loads((folder / "out" / "run.json").read_text())
+    return model, {"run_id": run_id, "folder": str(folder), **facts}
