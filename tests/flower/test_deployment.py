@@ -83,9 +83,10 @@ def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation)
         except Exception as exc:  # reported by the assertion below
             done["error"] = exc
 
+    log = fed.log("flwr-run")
+    log.write_text("")  # the previous run's log must not be mistaken for this one's progress
     thread = threading.Thread(target=submit)
     thread.start()
-    log = fed.log("flwr-run")
     deadline = time.monotonic() + 180
     while "train federated" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.2)  # training has started: rounds are under way

@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 # A reply is visible before its arrays finish uploading; Flower 1.41 then retries the pull
 # after 1 s, doubling (hard-coded). Start at 10 ms: rounds are meant to take less than 1 s.
-http_grid.pull_objects = functools.partial(inflatable_utils.pull_objects, initial_backoff=0.01, backoff_cap=0.1)
+# The cap stays at 1 s so that Flower's 500 tries still tolerate a slow upload (minutes, not 50 s).
+http_grid.pull_objects = functools.partial(inflatable_utils.pull_objects, initial_backoff=0.01, backoff_cap=1.0)
 
 app = ServerApp()
 

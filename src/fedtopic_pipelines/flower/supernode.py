@@ -45,7 +45,7 @@ def patch_waits(poll_s: float = POLL_S) -> None:
     """Cap the SuperNode loop's sleeps and the object-pull backoff (both hard-coded in Flower 1.41)."""
     supernode_loop.time = types.SimpleNamespace(sleep=lambda seconds: time.sleep(min(seconds, poll_s)))
     supernode_loop.pull_objects = functools.partial(
-        inflatable_utils.pull_objects, initial_backoff=0.01, backoff_cap=0.1
+        inflatable_utils.pull_objects, initial_backoff=0.01, backoff_cap=1.0
     )
     pull_and_store = supernode_loop._pull_and_store_message
 
@@ -125,7 +125,7 @@ def run_task(address: str, token: str) -> None:
             make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
             return_type=Message,
             initial_backoff=0.01,
-            backoff_cap=0.1,
+            backoff_cap=1.0,
         )
         message.metadata.__dict__["_message_id"] = tree.object_id
         app = _APPS.get(fab.hash_str)
