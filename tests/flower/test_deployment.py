@@ -16,6 +16,10 @@ pytestmark = pytest.mark.deployment
 ROUNDS = 3
 
 
+def left_out_for_silence(reason: str) -> bool:
+    return reason.startswith("no reply within 6 s") or (reason.startswith("error reply") and "navailable" in reason)
+
+
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
     root = tmp_path_factory.mktemp("federation")
@@ -96,6 +100,10 @@ def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation)
     model = torch.load(root / "out-kill" / "model.pt", weights_only=False)
     assert len(model.history) == 6  # no round lost: the others went on
     failed = [r for r in model.history if "gamma" in r.failed]
-    assert failed and all(r.failed["gamma"].startswith("no reply within 6 s") for r in failed)
+    # Left out by our round timeout, by Flower's heartbeat check (the SuperLink answers for a
+    # node it has declared dead), or because the reply's arrays never finished uploading.
+    assert failed and all(left_out_for_silence(r.failed["gamma"]) for r in failed), [r.failed for r in failed]
+    latencies = json.loads((root / "out-kill" / "run.json").read_text())["latencies_s"]
+    assert max(latencies) < 6 + 4, latencies  # the timeout bounds every round, half-uploaded replies included
     assert failed[-1] is model.history[-1]  # once gone, gone for the rest of the run
     assert all(set(r.client_loss) == {"alpha", "beta"} for r in failed)  # eq. 2 over the remaining two

@@ -6,6 +6,10 @@ pulls, more than a whole FedSGD round should take. A node that does not answer i
 answers with an error, or sends a reply that cannot be read as an update is reported in
 ``Replies.failures`` with the reason; the server then leaves it out of the round and the
 remaining organisations' weights are renormalised (eq. 2 divides by the accepted sizes).
+
+The timeout also bounds the pull of a reply's arrays (``PULL_DEADLINE``): a node killed
+while uploading leaves a reply whose arrays never arrive, and Flower would otherwise
+retry that pull for minutes.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 
 from flwr.app import Message
 from flwr.serverapp import Grid
@@ -21,6 +26,15 @@ from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Re
 from fedtopic_pipelines.flower.records import MalformedRecord, instruction_to_record, record_to_update
 
 logger = logging.getLogger(__name__)
+
+# ``time.monotonic()`` by which the current exchange must hold its replies, arrays included.
+PULL_DEADLINE: ContextVar[float | None] = ContextVar("fedtopic_pull_deadline", default=None)
+
+
+def pull_time_left(default: float) -> float:
+    """Seconds left to pull a reply's arrays: until the exchange's deadline, else ``default``."""
+    deadline = PULL_DEADLINE.get()
+    return default if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def message_type(instruction: Instruction) -> str:
@@ -36,22 +50,27 @@ def exchange(
 
     Returns the replies by destination node and, for every node without a reply, why.
     """
-    start = time.perf_counter()
+    start = time.monotonic()
+    deadline = start + timeout_s
     nodes = [m.metadata.dst_node_id for m in messages]
     ids = list(grid.push_messages(messages))
     node_of = {mid: node for mid, node in zip(ids, nodes, strict=True) if mid}
     missing = {node: "the SuperLink did not store the message" for node, mid in zip(nodes, ids, strict=True) if not mid}
     replies: dict[int, Message] = {}
     pending = set(node_of)
-    while pending:
-        for reply in grid.pull_messages(list(pending)):
-            mid = reply.metadata.reply_to_message_id
-            if mid in pending:
-                pending.discard(mid)
-                replies[node_of[mid]] = reply
-        if not pending or time.perf_counter() - start >= timeout_s:
-            break
-        time.sleep(poll_s)
+    token = PULL_DEADLINE.set(deadline)
+    try:
+        while pending:
+            for reply in grid.pull_messages(list(pending)):
+                mid = reply.metadata.reply_to_message_id
+                if mid in pending:
+                    pending.discard(mid)
+                    replies[node_of[mid]] = reply
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(poll_s)
+    finally:
+        PULL_DEADLINE.reset(token)
     missing.update({node_of[mid]: f"no reply within {timeout_s:g} s" for mid in pending})
     return replies, missing
 
