@@ -69,6 +69,59 @@ def test_a_plaintext_supernode_cannot_connect_to_the_tls_superlink(federation) -
     assert process.wait(timeout=60) != 0
 
 
+def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeating_rounds(federation) -> None:
+    import signal
+    import threading
+    import time
+
+    from fedtopic_pipelines.flower.deployment import DeploymentError
+
+    fed, paths, root = federation
+    rounds = 10
+    train = {**TRAIN, "max_steps": rounds}
+    spec = {
+        **job(list(paths), train).to_dict(),
+        "flower": {"checkpoint_every": 3, "checkpoint_dir": str(root / "ckpt")},
+    }
+    job_file = root / "job-resume.json"
+    job_file.write_text(json.dumps(spec))
+    done: dict[str, object] = {}
+
+    def submit() -> None:
+        try:
+            done["run"] = fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-first")}, timeout=240)
+        except DeploymentError as exc:
+            done["error"] = exc
+
+    fed.log("flwr-run").write_text("")  # the previous run's id must not be mistaken for this one's
+    thread = threading.Thread(target=submit)
+    thread.start()
+    deadline = time.monotonic() + 180
+    while not list((root / "ckpt").glob("*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    serverapps = fed.serverapps()
+    assert len(serverapps) == 1, "one run, one ServerApp"
+    serverapps[0].send_signal(signal.SIGKILL)  # no chance to save anything more
+    run_id = fed.started_run()
+    assert run_id is not None
+    fed.stop_run(run_id)  # what an operator does; else the SuperLink fails the run after its heartbeat timeout
+    thread.join(timeout=120)
+    assert "error" in done, "the killed run must not report success"
+    assert not (root / "out-first" / "model.pt").exists()
+    (checkpoint,) = (root / "ckpt").glob("*.pt")
+    resumed_at = torch.load(checkpoint, weights_only=False)["next_round"]
+    assert 0 < resumed_at < rounds
+
+    fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-resumed")}, timeout=240)  # the same job again
+    model = torch.load(root / "out-resumed" / "model.pt", weights_only=False)
+    assert [r.round for r in model.history] == list(range(rounds))  # none lost, none repeated
+    latencies = json.loads((root / "out-resumed" / "run.json").read_text())["latencies_s"]
+    assert len(latencies) == rounds - resumed_at  # only the rounds after the checkpoint ran again
+    _, expected = in_process(paths, train)
+    worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-5, f"max abs parameter difference {worst} from the uninterrupted in-process run"
+
+
 def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation) -> None:
     """Runs last in this module: it kills one SuperNode (SIGKILL, no goodbye to the SuperLink)."""
     import threading

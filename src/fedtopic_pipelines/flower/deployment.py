@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 logger = logging.getLogger(__name__)
 
 APP_DIR = Path(__file__).resolve().parents[3] / "deploy" / "flower_app"
@@ -306,6 +308,23 @@ class LocalFederation:
             os.killpg(process.pid, sig)
         process.wait(timeout=30)
 
+    def serverapps(self) -> list[psutil.Process]:
+        """The ``flwr-serverapp`` processes running a run on this federation's SuperLink.
+
+        The SuperLink's SuperExec starts one per run, in a session of its own, so they are
+        found by their command line (the runtime API address is this SuperLink's).
+        """
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = process.info["cmdline"] or []
+            if any(Path(a).name == "flwr-serverapp" for a in cmdline[:2]) and self.address in cmdline:
+                found.append(process)
+        return found
+
+    def stop_run(self, run_id: int) -> None:
+        """``flwr stop``: the SuperLink ends the run (its ServerApp, if alive, and its pending messages)."""
+        _run([_bin("flwr"), "stop", str(run_id), CONNECTION], env=self.env(self.cli_home))
+
     def stop(self, timeout: float = 10) -> None:
         """Stop every process this federation started (their children too); safe to call twice."""
         for _name, process in reversed(list(self.processes.items())):
@@ -350,12 +369,16 @@ class LocalFederation:
                 subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, env=self.env(self.cli_home), timeout=timeout)
             except subprocess.TimeoutExpired:
                 raise DeploymentError(f"the run did not finish within {timeout:g} s; see {log}") from None
-        text = log.read_text()
-        found = re.search(r"Successfully started run (\d+)", text)
-        if found is None:
-            raise DeploymentError(f"flwr run did not start a run; see {log}:\n{text[-2000:]}")
-        run_id = int(found.group(1))
+        run_id = self.started_run()
+        if run_id is None:
+            raise DeploymentError(f"flwr run did not start a run; see {log}:\n{log.read_text()[-2000:]}")
         return self.wait(run_id, 60)
+
+    def started_run(self) -> int | None:
+        """The id of the run the last ``submit`` started, once ``flwr run`` has printed it."""
+        log = self.log("flwr-run")
+        found = re.search(r"Successfully started run (\d+)", log.read_text() if log.exists() else "")
+        return None if found is None else int(found.group(1))
 
     def status(self, run_id: int) -> str:
         args = [_bin("flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"]

@@ -6,15 +6,20 @@ Flower 1.41 runs every message in a fresh ``flwr-clientapp`` process (importing 
 torch and the app: seconds), and its SuperNode sleeps 3 s between polls when idle and
 0.5 s while it waits for a reply. Neither is an option of 1.41 (its warm executor pools
 serve only Kubernetes, and not ClientApps). This launcher keeps Flower's SuperNode, its
-Fleet protocol to the SuperLink, TLS and node authentication, and changes two things:
+Fleet protocol to the SuperLink, TLS and node authentication, and changes three things:
 
 * **the executor**: with ``--isolation process`` Flower expects an external executor on
   the SuperNode's runtime API. The one here is a thread of the SuperNode process that
-  claims ClientApp tasks there and runs them in process with the same steps as Flower's
-  ``run_clientapp`` (pull the task input and the message, call the ClientApp, push the
-  reply and the task output), so the app is imported once;
+  claims ClientApp tasks there and runs each in a thread of its own, in process, with the
+  same steps as Flower's ``run_clientapp`` (task heartbeat, pull the task input and the
+  message, call the ClientApp, push the reply and the task output), so the app is
+  imported once. A thread per task, as Flower has a process per task: a task that waits
+  for a message's arrays that never come (its run was stopped while the message arrived)
+  must not hold up the next run's tasks;
 * **the waits**: the SuperNode's hard-coded sleeps are capped at ``FEDTOPIC_POLL_S``
-  (default 0.02 s), and object pulls start retrying after 10 ms instead of 1 s.
+  (default 0.02 s), and object pulls start retrying after 10 ms instead of 1 s;
+* **replies that wait**: Flower's loop pushes a reply only after it received a message;
+  a reply that is ready when nothing new came in is pushed at once.
 
 These are patches of Flower 1.41 internals (``pyproject.toml`` pins ``flwr<1.42``); the
 loopback tests, which compare the trained parameters with the in-process engine's, would
@@ -39,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 POLL_S = float(os.environ.get("FEDTOPIC_POLL_S", "0.02"))
 NEW_TASK = threading.Event()
+REPLY_WAITING = 0  # not a run id: tells Flower's loop to push the replies that are waiting
 
 
 def patch_waits(poll_s: float = POLL_S) -> None:
@@ -53,9 +59,46 @@ def patch_waits(poll_s: float = POLL_S) -> None:
         run_id = pull_and_store(*args, **kwargs)
         if run_id is not None:
             NEW_TASK.set()
-        return run_id
+            return run_id
+        # Flower's loop pushes replies only right after it received a message, and then takes
+        # whichever replies are there. A late reply of a stopped run (an error reply for a
+        # task that ended after its run) thus takes the place of the next message's reply,
+        # which would then wait for yet another message: a deadlock when the server waits for
+        # it. Push any reply that is waiting, even when nothing new came in.
+        return REPLY_WAITING if _reply_waiting(kwargs["state"]) else None
 
     supernode_loop._pull_and_store_message = pull_store_and_wake
+
+
+def _reply_waiting(state) -> bool:
+    """Whether a reply waits to be pushed; reads the in-memory NodeState without marking it
+    retrieved (``get_messages_legacy`` would, and the push would then miss it)."""
+    with state.lock_msg_store:
+        return any(
+            not entry.is_retrieved and entry.message.metadata.reply_to_message_id for entry in state.msg_store.values()
+        )
+
+
+def _task_heartbeat(client):
+    """A claimed task's heartbeat, which Flower's ClientApp process sends: without it the
+    SuperNode fails any task that runs over 60 s (a vocabulary stage on a large corpus).
+
+    Flower's own heartbeat function signals SIGINT to its process when the task is gone;
+    here that process is the SuperNode, so a refused heartbeat is only ignored.
+    """
+    import httpx
+    from flwr.proto.runtime_pb2 import SendTaskHeartbeatRequest
+
+    def beat() -> bool:
+        try:
+            client.SendTaskHeartbeat(SendTaskHeartbeatRequest())
+        except httpx.TransportError:
+            return False  # retried with backoff
+        except httpx.HTTPStatusError:
+            pass  # the task is gone (its run was stopped): nothing left to keep alive
+        return True
+
+    return beat
 
 
 def _runtime_address(argv: list[str]) -> str:
@@ -82,6 +125,7 @@ def _runtime_client(address: str, token: str | None = None):
 
 
 _APPS: dict[str, object] = {}  # FAB hash -> loaded ClientApp (imported once per process)
+_APPS_LOCK = threading.Lock()  # tasks run in parallel threads; a FAB is installed once
 
 
 def run_task(address: str, token: str) -> None:
@@ -93,6 +137,7 @@ def run_task(address: str, token: str) -> None:
     from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
     from flwr.proto.node_pb2 import Node
     from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.supercore.heartbeat import HeartbeatSender
     from flwr.supercore.inflatable.inflatable_protobuf_utils import (
         make_confirm_message_received_fn_protobuf,
         make_pull_object_fn_protobuf,
@@ -104,6 +149,8 @@ def run_task(address: str, token: str) -> None:
     client = _runtime_client(address, token)
     message = context = reply = None
     status, details = SubStatus.FAILED, "fedtopic executor: unknown failure"
+    heartbeat = HeartbeatSender(_task_heartbeat(client))
+    heartbeat.start()
     try:
         task = client.PullTaskInput(PullTaskInputRequest())
         TaskIdentity.task_id, TaskIdentity.run_id = task.task_id, task.run.run_id
@@ -128,11 +175,12 @@ def run_task(address: str, token: str) -> None:
             backoff_cap=1.0,
         )
         message.metadata.__dict__["_message_id"] = tree.object_id
-        app = _APPS.get(fab.hash_str)
-        if app is None:
-            install_from_fab(fab.content, skip_prompt=True)
-            loader = get_load_client_app_fn(default_app_ref="", app_path=None, multi_app=True)
-            app = _APPS[fab.hash_str] = loader(run.fab_id, run.fab_version, fab.hash_str)
+        with _APPS_LOCK:
+            app = _APPS.get(fab.hash_str)
+            if app is None:
+                install_from_fab(fab.content, skip_prompt=True)
+                loader = get_load_client_app_fn(default_app_ref="", app_path=None, multi_app=True)
+                app = _APPS[fab.hash_str] = loader(run.fab_id, run.fab_version, fab.hash_str)
         reply = app(message=message, context=context)
         status, details = SubStatus.COMPLETED, ""
     except Exception as exc:  # answer with an error reply, as Flower's own executor does
@@ -147,7 +195,15 @@ def run_task(address: str, token: str) -> None:
         except Exception:
             logger.exception("could not push the reply")
         push_task_output(client=client, context=context, sub_status=status, details=details)
+        heartbeat.stop()
         client.close()
+
+
+def _run_logged(address: str, token: str) -> None:
+    try:
+        run_task(address, token)
+    except Exception:  # the SuperNode reports the task as failed; the executor serves on
+        logger.exception("ClientApp task could not be completed")
 
 
 def serve(address: str, wake: threading.Event) -> None:
@@ -165,10 +221,8 @@ def serve(address: str, wake: threading.Event) -> None:
             time.sleep(0.2)  # the runtime API is not up yet
             continue
         if task.HasField("task") and task.token:
-            try:
-                run_task(address, task.token)
-            except Exception:  # keep serving: the SuperNode reports the task as failed
-                logger.exception("ClientApp task could not be completed")
+            name = f"fedtopic-clientapp-task-{task.task.task_id}"
+            threading.Thread(target=_run_logged, args=(address, task.token), daemon=True, name=name).start()
             continue
         wake.wait(timeout=1.0)
         wake.clear()
