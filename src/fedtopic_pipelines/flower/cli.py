@@ -40,11 +40,13 @@ DEMO_ROUNDS = 10
 
 
 def project_parameters(env: str | None = None) -> dict[str, Any]:
-    """The Kedro parameters (base, plus ``env`` if given), read as ``kedro run`` reads them."""
-    from kedro.config import OmegaConfigLoader
+    """The Kedro parameters (``env`` over base), read as ``kedro run --env`` reads them (soft merge)."""
+    from kedro.framework.startup import bootstrap_project
 
-    loader = OmegaConfigLoader(str(PROJECT / "conf"), base_env="base", default_run_env=env or "base")
-    return dict(loader["parameters"])
+    from fedtopic_pipelines import pipeline_registry
+
+    bootstrap_project(PROJECT)
+    return dict(pipeline_registry.project_parameters(PROJECT, env))
 
 
 def organisation_data(organisations: list[str]) -> dict[str, Path]:
@@ -92,16 +94,13 @@ def down(_: argparse.Namespace) -> None:
 
 
 def demo_job(params: dict[str, Any], rounds: int) -> Job:
-    train = {**params["train"], "scenarios": ["federated"], "max_steps": rounds, "max_epochs": None}
-    train.pop("mlflow_every", None)
-    return Job.from_dict(
-        {
-            "organisations": list(params["organisations"]),
-            "preprocess": params["preprocess"],
-            "vocab_consensus": params["vocab_consensus"],
-            "train": train,
-        }
-    )
+    """The project's parameters as a Flower job: the federated scenario for ``rounds`` rounds."""
+    from fedtopic_pipelines.pipelines.train.nodes import core_train_block, parse_train_params
+
+    settings = parse_train_params(params["train"])  # checks the block as `kedro run` does
+    train = {**core_train_block(params["train"]), "scenarios": ["federated"], "max_steps": rounds, "max_epochs": None}
+    organisations = list(params["organisations"])
+    return Job(organisations, params["preprocess"], params["vocab_consensus"], train, settings.flower)
 
 
 def in_process_reference(job: Job, data: dict[str, Path]) -> dict[str, torch.Tensor]:

@@ -14,6 +14,12 @@ from fedtopic_pipelines.core.training import TrainedModel, train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 ENGINES = ("in_process", "flower")
+KEDRO_SIDE_KEYS = ("mlflow_every", "engine", "flower")  # the rest of the train block is the TrainConfig
+
+
+def core_train_block(params: dict[str, Any]) -> dict[str, Any]:
+    """The ``train`` block without its Kedro-side keys: what a Flower job carries to the nodes."""
+    return {k: v for k, v in params.items() if k not in KEDRO_SIDE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ def train_models(
         from fedtopic_pipelines.flower.federation import Job
         from fedtopic_pipelines.flower.submit import train_on_flower
 
-        train_block = {k: v for k, v in params.items() if k not in ("mlflow_every", "engine", "flower")}
+        train_block = core_train_block(params)
         job = Job(list(organisations), preprocess_params, consensus_params, train_block, settings.flower)
         models["federated"], runs["federated"] = train_on_flower(
             job, common_vocabulary["term"].tolist(), Path(settings.federation_dir), settings.run_timeout_s
