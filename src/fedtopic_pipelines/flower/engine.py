@@ -61,12 +61,15 @@ def exchange(
     token = PULL_DEADLINE.set(deadline)
     try:
         while pending:
+            # One last pull after the deadline: a pull can block until the deadline on a reply
+            # whose arrays never finish, while other replies arrive in time behind it.
+            last = time.monotonic() >= deadline
             for reply in grid.pull_messages(list(pending)):
                 mid = reply.metadata.reply_to_message_id
                 if mid in pending:
                     pending.discard(mid)
                     replies[node_of[mid]] = reply
-            if not pending or time.monotonic() >= deadline:
+            if not pending or last:
                 break
             time.sleep(poll_s)
     finally:
