@@ -40,27 +40,49 @@ def test_instruction_and_update_round_trip_exactly() -> None:
     assert metrics_only.tensors == {} and metrics_only.metrics == {"v": 2.0}
 
 
-def _reply(**changes) -> RecordDict:
-    record = update_to_record(Update("x", UpdateKind.GRADIENTS, {"w": torch.ones(2, 2)}, 4))
+def _reply(records: dict | None = None, **meta) -> RecordDict:
+    """A well-formed gradient reply, with whole records replaced and ``meta`` keys changed."""
+    record = update_to_record(Update("x", UpdateKind.GRADIENTS, {"w": torch.ones(2, 2)}, 4, metrics={"loss": 1.0}))
     content = {name: record[name] for name in record}
-    content.update(changes)
+    content["meta"] = ConfigRecord({**dict(record.config_records["meta"]), **meta})
+    content.update(records or {})
     return RecordDict(content)
 
 
 @pytest.mark.parametrize(
-    ("changes", "says"),
+    ("records", "meta", "says"),
     [
-        ({"documents": ConfigRecord({"text": "a private sentence"})}, "unknown records ['documents']"),
-        ({"meta": ConfigRecord({"kind": "weights?", "num_examples": 4})}, "unknown update kind"),
-        ({"meta": ConfigRecord({"kind": "gradients", "num_examples": 4.5})}, "num_examples must be an integer"),
-        ({"tensors": ArrayRecord({"packed.float32": torch.ones(3)})}, "runs past the packed data"),
-        ({"tensors": ArrayRecord({"packed.float32": torch.ones(5)})}, "does not cover the packed data"),
-        (
-            {"tensors.layout": ConfigRecord({"names": ["w"], "dtypes": ["int8"], "ndims": [2], "shapes": [2, 2]})},
-            "bad layout",
-        ),
+        ({"documents": ConfigRecord({"text": "a private sentence"})}, {}, "unknown records ['documents']"),
+        ({}, {"kind": "weights?"}, "unknown update kind"),
+        ({}, {"num_examples": 4.5}, "num_examples must be an integer"),
+        ({}, {"metric_values": ["high"]}, "metrics must be names with float values"),
+        ({}, {"metric_names": ["loss", "kl"]}, "metrics must be names with float values"),
+        ({"arrays": ArrayRecord({"float32": torch.ones(3)})}, {}, "runs past the packed data"),
+        ({"arrays": ArrayRecord({"float32": torch.ones(5)})}, {}, "does not cover the packed data"),
+        ({}, {"layout.dtypes": ["int8"]}, "bad layout"),
+        ({}, {"layout.groups": ["backdoor"]}, "unknown groups ['backdoor']"),
+        ({}, {"layout.names": ["w", "v"]}, "1 groups, 2 names"),
     ],
 )
-def test_malformed_replies_are_named(changes, says) -> None:
+def test_malformed_replies_are_named(records, meta, says) -> None:
     with pytest.raises(MalformedRecord, match=says.replace("[", r"\[").replace("]", r"\]").replace("?", r"\?")):
-        record_to_update(_reply(**changes), "alpha")
+        record_to_update(_reply(records, **meta), "alpha")
+
+
+def test_a_message_is_two_records_whatever_it_carries() -> None:
+    """Each record and array is a Flower object, i.e. one HTTP request on the way (docs/deployment.md)."""
+    update = Update(
+        "x",
+        UpdateKind.GRADIENTS,
+        {"w": torch.ones(2, 2), "b": torch.zeros(2)},
+        4,
+        statistics={"bn.mean": torch.rand(2)},
+        metrics={"loss": 1.0},
+    )
+    record = update_to_record(update)
+    assert sorted(record) == ["arrays", "meta"] and list(record.array_records["arrays"]) == ["float32"]
+    instruction = instruction_to_record(Instruction(0, {"w": torch.ones(2), "n": torch.tensor(3)}, {}))
+    assert sorted(instruction) == ["arrays", "config"] and sorted(instruction.array_records["arrays"]) == [
+        "float32",
+        "int64",
+    ]

@@ -103,20 +103,42 @@ def demo_job(params: dict[str, Any], rounds: int) -> Job:
     return Job(organisations, params["preprocess"], params["vocab_consensus"], train, settings.flower)
 
 
-def in_process_reference(job: Job, data: dict[str, Path]) -> dict[str, torch.Tensor]:
-    """The same job on the in-process engine, from the same raw shards."""
-    from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig, from_mapping
+def in_process_matrices(job: Job, data: dict[str, Path]) -> dict[str, Any]:
+    """Each organisation's training matrix as the in-process pipeline builds it from the same raw shards."""
+    from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, from_mapping
     from fedtopic_pipelines.core.ingest.common import ShardedTable
     from fedtopic_pipelines.core.text.preprocess import preprocess_shards
-    from fedtopic_pipelines.core.training import train_scenarios
     from fedtopic_pipelines.core.vocab.consensus import build_vocabulary, vectorize_frames
 
     preprocess = from_mapping(PreprocessConfig, job.preprocess, "preprocess")
     results = {org: preprocess_shards(ShardedTable.from_directory(data[org]), preprocess) for org in job.organisations}
     consensus = from_mapping(ConsensusConfig, job.vocab_consensus, "vocab_consensus")
     terms = build_vocabulary({o: r.term_counts for o, r in results.items()}, consensus)["term"].tolist()
-    matrices = {o: vectorize_frames(r.tokens.frames(), terms)[0].subset("train").matrix for o, r in results.items()}
-    return train_scenarios(matrices, TrainConfig.from_params(job.train))["federated"].state
+    return {o: vectorize_frames(r.tokens.frames(), terms)[0].subset("train").matrix for o, r in results.items()}
+
+
+def in_process_training(
+    job: Job, matrices: dict[str, Any], threads: int | None = None
+) -> tuple[dict[str, torch.Tensor], float]:
+    """The job's federated scenario on the in-process engine: its parameters and the seconds per round.
+
+    ``threads``: torch's compute threads for the run (default: as configured). Equal
+    parameters need equal arithmetic: with another thread count the sums inside a matrix
+    product are ordered differently, and Adam's normalised steps turn those last-bit
+    differences into differences of the order of the learning rate.
+    """
+    from fedtopic_pipelines.core.config import TrainConfig
+    from fedtopic_pipelines.core.training import train_scenarios
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        started = time.perf_counter()
+        model = train_scenarios(matrices, TrainConfig.from_params(job.train))["federated"]
+        seconds = (time.perf_counter() - started) / max(1, len(model.history))
+    finally:
+        torch.set_num_threads(before)
+    return model.state, seconds
 
 
 def demo(args: argparse.Namespace) -> None:
@@ -134,7 +156,9 @@ def demo(args: argparse.Namespace) -> None:
         federation.stop()
     model = torch.load(work / "out" / "model.pt", weights_only=False)
     run = json.loads((work / "out" / "run.json").read_text())
-    expected = in_process_reference(job, organisation_data(job.organisations))
+    matrices = in_process_matrices(job, organisation_data(job.organisations))
+    expected, _ = in_process_training(job, matrices, threads=federation.node_threads())  # the nodes' arithmetic
+    _, in_process_round_s = in_process_training(job, matrices)  # the in-process engine as `kedro run` runs it
     difference = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
     latencies = run["latencies_s"]
     report = {
@@ -144,7 +168,9 @@ def demo(args: argparse.Namespace) -> None:
         "rounds": len(model.history),
         "round_latency_median_s": statistics.median(latencies),
         "round_latency_s": latencies,
+        "in_process_round_s": in_process_round_s,
         "run_wall_s": wall,
+        "threads_per_node": federation.node_threads(),
         "tls": federation.tls,
         "node_auth": federation.auth,
         "max_abs_parameter_difference_vs_in_process": difference,
@@ -152,10 +178,12 @@ def demo(args: argparse.Namespace) -> None:
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(json.dumps(report, indent=2))
     logger.info(
-        "federation demo: %d nodes, %d rounds, median round %.2f s, TLS %s, auth %s, max |difference| %.2e -> %s",
+        "federation demo: %d nodes, %d rounds, median round %.2f s (in process %.3f s), TLS %s, auth %s, "
+        "max |difference| %.2e -> %s",
         report["nodes"],
         report["rounds"],
         report["round_latency_median_s"],
+        in_process_round_s,
         report["tls"],
         report["node_auth"],
         difference,

@@ -146,6 +146,7 @@ class LocalFederation:
     tls: bool = True
     auth: bool = True
     warm: bool = True
+    threads_per_node: int | None = None  # torch/OpenMP threads of each SuperNode; None: cores / organisations
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ports: dict[str, int] = field(default_factory=dict)
@@ -207,10 +208,15 @@ class LocalFederation:
 
     # -- processes --------------------------------------------------------------------
 
-    def _spawn(self, name: str, args: list[str], home: Path) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], home: Path, **env: str) -> subprocess.Popen:
         log = (self.root / "logs" / f"{name}.log").open("ab")
         process = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=self.env(home), start_new_session=True, cwd=self.root
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**self.env(home), **env},
+            start_new_session=True,
+            cwd=self.root,
         )
         self.processes[name] = process
         self._save_state()
@@ -281,7 +287,22 @@ class LocalFederation:
             key, public = make_key_pair(self.root / "keys", org)
             if register:
                 self.register(public, org)
-        return self._spawn(f"supernode-{org}", self.supernode_args(org, data, key), self.root / "home" / org)
+        threads = str(self.node_threads())
+        return self._spawn(
+            f"supernode-{org}",
+            self.supernode_args(org, data, key),
+            self.root / "home" / org,
+            OMP_NUM_THREADS=threads,
+            MKL_NUM_THREADS=threads,
+        )
+
+    def node_threads(self) -> int:
+        """Compute threads per SuperNode. On one machine the organisations share its cores:
+        torch's default (all cores in every process) oversubscribes them, and OpenMP threads
+        that spin while waiting for a core cost more than they compute (docs/performance.md)."""
+        if self.threads_per_node is not None:
+            return max(1, self.threads_per_node)
+        return max(1, (os.cpu_count() or 1) // max(1, len(self.organisations)))
 
     def start(self) -> LocalFederation:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ Fleet protocol to the SuperLink, TLS and node authentication, and changes three 
   for a message's arrays that never come (its run was stopped while the message arrived)
   must not hold up the next run's tasks;
 * **the waits**: the SuperNode's hard-coded sleeps are capped at ``FEDTOPIC_POLL_S``
-  (default 0.02 s), and object pulls start retrying after 10 ms instead of 1 s;
+  (default 0.05 s), and object pulls start retrying after 10 ms instead of 1 s;
 * **replies that wait**: Flower's loop pushes a reply only after it received a message;
   a reply that is ready when nothing new came in is pushed at once.
 
@@ -42,7 +42,7 @@ from flwr.supercore.inflatable import inflatable_utils
 
 logger = logging.getLogger(__name__)
 
-POLL_S = float(os.environ.get("FEDTOPIC_POLL_S", "0.02"))
+POLL_S = float(os.environ.get("FEDTOPIC_POLL_S", "0.05"))
 NEW_TASK = threading.Event()
 REPLY_WAITING = 0  # not a run id: tells Flower's loop to push the replies that are waiting
 

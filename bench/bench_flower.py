@@ -1,0 +1,148 @@
+"""Benchmark: FedSGD round latency on a loopback Flower federation, next to the in-process engine.
+
+The demo corpus's five organisations each run a SuperNode on 127.0.0.1 (TLS and node
+authentication on) and train the demo ProdLDA with the base parameters; the in-process
+engine trains the same job in the same run, as the reference. Latency is the ServerApp's
+time from pushing a round's messages to holding every reply (``run.json``). Variants:
+
+* ``warm``: the project's SuperNode launcher (``flower/supernode.py``: ClientApps stay
+  alive, short waits), one compute thread per SuperNode (``LocalFederation`` default on a
+  machine with fewer cores than organisations);
+* ``warm-all-threads``: the same with every SuperNode using all cores (torch's default);
+* ``stock``: Flower's own ``flower-supernode`` (a fresh ClientApp process per message).
+
+Each federation is started once per variant and runs ``--repeats`` jobs (the first also
+preprocesses each organisation's documents into its cache; only rounds are timed).
+The CPU seconds each process spent during the runs are reported too. Prints Markdown.
+
+    .venv/bin/python bench/bench_flower.py [--rounds 10] [--repeats 2] [--stock-rounds 3] [--variants ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+from fedtopic_pipelines.flower.cli import (
+    demo_job,
+    ensure_demo_data,
+    in_process_matrices,
+    in_process_training,
+    project_parameters,
+)
+from fedtopic_pipelines.flower.deployment import LocalFederation
+
+logger = logging.getLogger("bench")
+VARIANTS = {
+    "warm": {"warm": True, "threads_per_node": None},
+    "warm-all-threads": {"warm": True, "threads_per_node": os.cpu_count() or 1},
+    "stock": {"warm": False, "threads_per_node": None},
+}
+
+
+def cpu_seconds(federation: LocalFederation) -> dict[str, float]:
+    """CPU time so far of each federation process and its children (ServerApp, SuperExec)."""
+    seconds = {}
+    for name, process in federation.processes.items():
+        try:
+            root = psutil.Process(process.pid)
+            tree = [root, *root.children(recursive=True)]
+            # user + system of each live process, plus what its reaped children used (ended ServerApps)
+            seconds[name] = sum(sum(p.cpu_times()[:4]) for p in tree if p.is_running())
+        except psutil.NoSuchProcess:
+            continue
+    return seconds
+
+
+def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, work: Path) -> dict:
+    job = demo_job(params, rounds)
+    job_file = work / f"{name}.json"
+    job_file.write_text(json.dumps(job.to_dict()))
+    federation = LocalFederation(work / name, data, **VARIANTS[name])
+    threads = federation.node_threads()
+    latencies: list[float] = []
+    states = []
+    with federation:
+        before = cpu_seconds(federation)
+        wall = 0.0
+        for repeat in range(repeats):
+            out = work / name / f"out-{repeat}"
+            started = time.perf_counter()
+            federation.submit({"job-file": str(job_file), "output-dir": str(out)}, timeout=3600)
+            wall += time.perf_counter() - started
+            latencies += json.loads((out / "run.json").read_text())["latencies_s"]
+            states.append(torch.load(out / "model.pt", weights_only=False).state)
+        after = cpu_seconds(federation)
+    cpu = {n: after.get(n, 0.0) - before.get(n, 0.0) for n in after}
+    return {"job": job, "threads": threads, "latencies": latencies, "states": states, "cpu": cpu, "wall": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--stock-rounds", type=int, default=3, help="rounds for the (slow) stock variant")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logger.setLevel(logging.INFO)
+    params = project_parameters()
+    data = ensure_demo_data(list(params["organisations"]))
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_flower_") as tmp:
+        for name in args.variants:
+            rounds = args.stock_rounds if name == "stock" else args.rounds
+            logger.info("variant %s: %d x %d rounds", name, args.repeats, rounds)
+            results[name] = run_variant(name, rounds, args.repeats, data, params, Path(tmp))
+    reference_job = next(iter(results.values()))["job"]
+    matrices = in_process_matrices(reference_job, data)
+    # the in-process engine in this run: as `kedro run` runs it (the reference for the latency
+    # ratio), and with each variant's threads per node (the reference for the parameters)
+    in_process: dict[tuple[int, int | None], tuple[dict, float]] = {}
+    for result in results.values():
+        rounds = len(result["latencies"]) // args.repeats
+        for threads in (None, result["threads"]):
+            if (rounds, threads) not in in_process:
+                timings = [in_process_training(result["job"], matrices, threads) for _ in range(args.repeats)]
+                in_process[rounds, threads] = (timings[0][0], statistics.median(t for _, t in timings))
+    print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}")
+    print(f"{len(data)} organisations, demo ProdLDA (base parameters), TLS and node authentication on\n")
+    columns = ["engine", "threads per node", "rounds x runs", "median s/round", "min", "max"]
+    columns += ["ratio to in-process", "max abs parameter difference"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    for (rounds, threads), (_, seconds) in sorted(in_process.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        label = f"{torch.get_num_threads()} (default)" if threads is None else str(threads)
+        print(f"| in-process | {label} | {rounds} x {args.repeats} | {seconds:.3f} | | | 1 | |")
+    for name, result in results.items():
+        lat = result["latencies"]
+        rounds = len(lat) // args.repeats
+        reference = in_process[rounds, None][1]
+        expected = in_process[rounds, result["threads"]][0]
+        difference = max(float((s[k] - expected[k]).abs().max()) for s in result["states"] for k in expected)
+        median = statistics.median(lat)
+        print(
+            f"| Flower, {name} | {result['threads']} | {rounds} x {args.repeats} | {median:.2f} | {min(lat):.2f} "
+            f"| {max(lat):.2f} | {median / reference:.0f}x | {difference:.1e} |"
+        )
+    print("\nCPU seconds per process over the runs (preprocessing and start-up included):\n")
+    print("| variant | wall s | " + " | ".join(sorted({n for r in results.values() for n in r["cpu"]})) + " |")
+    names = sorted({n for r in results.values() for n in r["cpu"]})
+    print("| --- | --- | " + " | ".join("---" for _ in names) + " |")
+    for name, result in results.items():
+        cells = " | ".join(f"{result['cpu'].get(n, 0.0):.1f}" for n in names)
+        print(f"| {name} | {result['wall']:.1f} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()
