@@ -13,7 +13,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export HF_HUB_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: install run test lint bench bench-synthetic repro clean-data federation-up federation-down federation-demo
+.PHONY: install run test lint bench bench-synthetic bench-flower repro clean-data federation-up federation-down federation-demo
 
 install: $(STAMP) $(DEMO_WHEEL) .dvc/analytics-off
 
@@ -51,6 +51,9 @@ bench: install
 
 bench-synthetic: install   # one full-scale point of the synthetic experiment (tens of minutes on 2 cores)
 	$(BIN)/python bench/bench_synthetic.py
+
+bench-flower: install   # FedSGD round latency on a loopback Flower federation vs the in-process engine (about 15 min)
+	$(BIN)/python bench/bench_flower.py
 
 # A local Flower federation (TLS, node authentication) of the current corpus's organisations.
 federation-up: install

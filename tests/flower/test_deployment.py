@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fedtopic_pipelines.flower.deployment import LocalFederation, make_key_pair
+from fedtopic_pipelines.pipelines.train.nodes import training_histories
 from tests.conftest import make_tiny_raw_tables
 from tests.flower.test_federation import TRAIN, in_process, job, write_sites
 
@@ -158,5 +159,9 @@ def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation)
     assert failed and all(left_out_for_silence(r.failed["gamma"]) for r in failed), [r.failed for r in failed]
     latencies = json.loads((root / "out-kill" / "run.json").read_text())["latencies_s"]
     assert max(latencies) < 6 + 4, latencies  # the timeout bounds every round, half-uploaded replies included
+    # what the Kedro train node logs to MLflow (train.federated.failed_updates) and to its JSON history
+    history, mlflow = training_histories({"federated": model}, {}, list(paths), every=10)
+    assert mlflow["federated.failed_updates"] == [{"value": 1, "step": r.round} for r in failed]
+    assert set(history["federated"]["left_out"]) == {r.round for r in failed}
     assert failed[-1] is model.history[-1]  # once gone, gone for the rest of the run
     assert all(set(r.client_loss) == {"alpha", "beta"} for r in failed)  # eq. 2 over the remaining two

@@ -92,6 +92,15 @@ def train_models(
         )
     if rest:
         models.update(train_scenarios(matrices, dataclasses.replace(config, scenarios=rest)))
+    history, mlflow = training_histories(models, runs, organisations, every)
+    return models, history, mlflow
+
+
+def training_histories(
+    models: dict[str, TrainedModel], runs: dict[str, Any], organisations: list[str], every: int
+) -> tuple[dict[str, Any], dict[str, list[dict[str, float]]]]:
+    """Each model's full history (JSON) and the series for MLflow: every ``every``-th round's
+    losses, and every round an organisation was left out of (failed or rejected update)."""
     history: dict[str, Any] = {}
     mlflow: dict[str, list[dict[str, float]]] = {}
     for name, model in models.items():
@@ -123,4 +132,4 @@ def train_models(
                 mlflow[f"{name}.client.{org}.loss"] = [
                     {"value": r.client_loss[org], "step": r.round} for r in kept if org in r.client_loss
                 ]
-    return models, history, mlflow
+    return history, mlflow
