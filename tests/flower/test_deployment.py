@@ -4,17 +4,37 @@ with TLS and node authentication, started and stopped by ``LocalFederation``."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from fedtopic_pipelines.flower.deployment import LocalFederation, make_key_pair
+from fedtopic_pipelines.flower.deployment import DeploymentError, LocalFederation, make_key_pair
 from fedtopic_pipelines.pipelines.train.nodes import training_histories
 from tests.conftest import make_tiny_raw_tables
 from tests.flower.test_federation import TRAIN, in_process, job, write_sites
 
 pytestmark = pytest.mark.deployment
 ROUNDS = 3
+
+
+def submit_in_background(fed: LocalFederation, job_file: Path, out: Path) -> tuple[threading.Thread, dict]:
+    """``flwr run`` in a thread, so the test can act on the run; ``done`` gets 'run' or 'error'."""
+    done: dict[str, object] = {}
+
+    def submit() -> None:
+        try:
+            done["run"] = fed.submit({"job-file": str(job_file), "output-dir": str(out)}, timeout=240)
+        except DeploymentError as exc:
+            done["error"] = exc
+
+    fed.log("flwr-run").write_text("")  # a previous run's log must not be mistaken for this one's
+    thread = threading.Thread(target=submit)
+    thread.start()
+    return thread, done
 
 
 def left_out_for_silence(reason: str) -> bool:
@@ -71,12 +91,6 @@ def test_a_plaintext_supernode_cannot_connect_to_the_tls_superlink(federation) -
 
 
 def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeating_rounds(federation) -> None:
-    import signal
-    import threading
-    import time
-
-    from fedtopic_pipelines.flower.deployment import DeploymentError
-
     fed, paths, root = federation
     rounds = 10
     train = {**TRAIN, "max_steps": rounds}
@@ -86,17 +100,7 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
     }
     job_file = root / "job-resume.json"
     job_file.write_text(json.dumps(spec))
-    done: dict[str, object] = {}
-
-    def submit() -> None:
-        try:
-            done["run"] = fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-first")}, timeout=240)
-        except DeploymentError as exc:
-            done["error"] = exc
-
-    fed.log("flwr-run").write_text("")  # the previous run's id must not be mistaken for this one's
-    thread = threading.Thread(target=submit)
-    thread.start()
+    thread, done = submit_in_background(fed, job_file, root / "out-first")
     deadline = time.monotonic() + 180
     while not list((root / "ckpt").glob("*.pt")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -125,26 +129,13 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
 
 def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation) -> None:
     """Runs last in this module: it kills one SuperNode (SIGKILL, no goodbye to the SuperLink)."""
-    import threading
-    import time
-
     fed, paths, root = federation
     train = {**TRAIN, "max_steps": 6}
     spec = {**job(list(paths), train).to_dict(), "flower": {"round_timeout_s": 6}}
     job_file = root / "job-kill.json"
     job_file.write_text(json.dumps(spec))
-    done: dict[str, object] = {}
-
-    def submit() -> None:
-        try:
-            done["run"] = fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-kill")}, timeout=240)
-        except Exception as exc:  # reported by the assertion below
-            done["error"] = exc
-
+    thread, done = submit_in_background(fed, job_file, root / "out-kill")
     log = fed.log("flwr-run")
-    log.write_text("")  # the previous run's log must not be mistaken for this one's progress
-    thread = threading.Thread(target=submit)
-    thread.start()
     deadline = time.monotonic() + 180
     while "train federated" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.2)  # training has started: rounds are under way
