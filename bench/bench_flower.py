@@ -109,11 +109,12 @@ def main() -> None:
     matrices = in_process_matrices(reference_job, data)
     # the in-process engine in this run: as `kedro run` runs it (the reference for the latency
     # ratio), and with each variant's threads per node (the reference for the parameters)
-    in_process: dict[tuple[int, int | None], tuple[dict, float]] = {}
+    in_process: dict[tuple[int, int], tuple[dict, float]] = {}
+    default = torch.get_num_threads()
     in_process_training(reference_job, matrices)  # warm-up: the first run pays torch's one-off start costs
     for result in results.values():
         rounds = len(result["latencies"]) // args.repeats
-        for threads in (None, result["threads"]):
+        for threads in (default, result["threads"]):
             if (rounds, threads) not in in_process:
                 timings = [in_process_training(result["job"], matrices, threads) for _ in range(IN_PROCESS_REPEATS)]
                 in_process[rounds, threads] = (timings[0][0], statistics.median(t for _, t in timings))
@@ -123,13 +124,13 @@ def main() -> None:
     columns += ["ratio to in-process", "max abs parameter difference"]
     print("| " + " | ".join(columns) + " |")
     print("|" + " --- |" * len(columns))
-    for (rounds, threads), (_, seconds) in sorted(in_process.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        label = f"{torch.get_num_threads()} (default)" if threads is None else str(threads)
+    for (rounds, threads), (_, seconds) in sorted(in_process.items()):
+        label = f"{threads} (default)" if threads == default else str(threads)
         print(f"| in-process | {label} | {rounds} x {IN_PROCESS_REPEATS} | {seconds:.3f} | | | 1 | |")
     for name, result in results.items():
         lat = result["latencies"]
         rounds = len(lat) // args.repeats
-        reference = in_process[rounds, None][1]
+        reference = in_process[rounds, default][1]
         expected = in_process[rounds, result["threads"]][0]
         difference = max(float((s[k] - expected[k]).abs().max()) for s in result["states"] for k in expected)
         median = statistics.median(lat)

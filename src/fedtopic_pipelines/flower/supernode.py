@@ -1,4 +1,4 @@
-"""``flower-supernode`` whose ClientApps stay alive: a round in well under a second instead of tens.
+"""``flower-supernode`` whose ClientApps stay alive: rounds in seconds instead of tens of seconds.
 
     python -m fedtopic_pipelines.flower.supernode <flower-supernode arguments> --isolation process
 
@@ -16,8 +16,12 @@ Fleet protocol to the SuperLink, TLS and node authentication, and changes three 
   imported once. A thread per task, as Flower has a process per task: a task that waits
   for a message's arrays that never come (its run was stopped while the message arrived)
   must not hold up the next run's tasks;
-* **the waits**: the SuperNode's hard-coded sleeps are capped at ``FEDTOPIC_POLL_S``
-  (default 0.05 s), and object pulls start retrying after 10 ms instead of 1 s;
+* **the waits**: the SuperNode polls the SuperLink every ``FEDTOPIC_POLL_S`` (0.05 s) for
+  ``FEDTOPIC_ACTIVE_S`` (30 s) after its last message, and every ``FEDTOPIC_IDLE_POLL_S``
+  (1 s) once idle, instead of every 3 s; its waits on its own state (a reply being
+  computed) last 10 ms instead of 0.5 s; object pulls start retrying after 10 ms instead of
+  1 s. Every poll is an authenticated HTTPS request the SuperLink must serve: five nodes
+  polling every 0.05 s kept half a core of the SuperLink busy while no run was going on;
 * **replies that wait**: Flower's loop pushes a reply only after it received a message;
   a reply that is ready when nothing new came in is pushed at once.
 
@@ -43,13 +47,34 @@ from flwr.supercore.inflatable import inflatable_utils
 logger = logging.getLogger(__name__)
 
 POLL_S = float(os.environ.get("FEDTOPIC_POLL_S", "0.05"))
+IDLE_POLL_S = float(os.environ.get("FEDTOPIC_IDLE_POLL_S", "1.0"))
+ACTIVE_S = float(os.environ.get("FEDTOPIC_ACTIVE_S", "30"))
+LOCAL_WAIT_S = 0.01  # a look at the node's own in-memory state: no request, no reason to wait long
+FLOWER_IDLE_SLEEP_S = 3  # Flower 1.41's loop sleeps 3 s after an empty poll, 0.5 s in its local waits
 NEW_TASK = threading.Event()
 REPLY_WAITING = 0  # not a run id: tells Flower's loop to push the replies that are waiting
+_last_message = [float("-inf")]  # time.monotonic() of the last message pulled from the SuperLink
 
 
-def patch_waits(poll_s: float = POLL_S) -> None:
-    """Cap the SuperNode loop's sleeps and the object-pull backoff (both hard-coded in Flower 1.41)."""
-    supernode_loop.time = types.SimpleNamespace(sleep=lambda seconds: time.sleep(min(seconds, poll_s)))
+def wait_seconds(requested: float, since_message: float, poll_s: float, idle_poll_s: float, active_s: float) -> float:
+    """How long the SuperNode loop waits where Flower 1.41 sleeps ``requested`` seconds.
+
+    Flower sleeps 3 s after an empty poll of the SuperLink; that becomes ``poll_s`` while a
+    run is active (a message came less than ``active_s`` ago: the next round's message is
+    due) and ``idle_poll_s`` otherwise. Its shorter sleeps wait on the node's own state.
+    """
+    if requested < FLOWER_IDLE_SLEEP_S:
+        return min(requested, LOCAL_WAIT_S)
+    return min(requested, poll_s if since_message < active_s else idle_poll_s)
+
+
+def patch_waits(poll_s: float = POLL_S, idle_poll_s: float = IDLE_POLL_S, active_s: float = ACTIVE_S) -> None:
+    """Shorten the SuperNode loop's sleeps and the object-pull backoff (both hard-coded in Flower 1.41)."""
+
+    def sleep(seconds: float) -> None:
+        time.sleep(wait_seconds(seconds, time.monotonic() - _last_message[0], poll_s, idle_poll_s, active_s))
+
+    supernode_loop.time = types.SimpleNamespace(sleep=sleep)
     supernode_loop.pull_objects = functools.partial(
         inflatable_utils.pull_objects, initial_backoff=0.01, backoff_cap=1.0
     )
@@ -58,6 +83,7 @@ def patch_waits(poll_s: float = POLL_S) -> None:
     def pull_store_and_wake(*args, **kwargs):
         run_id = pull_and_store(*args, **kwargs)
         if run_id is not None:
+            _last_message[0] = time.monotonic()
             NEW_TASK.set()
             return run_id
         # Flower's loop pushes replies only right after it received a message, and then takes
