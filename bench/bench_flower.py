@@ -13,7 +13,8 @@ time from pushing a round's messages to holding every reply (``run.json``). Vari
 
 Each federation is started once per variant and runs ``--repeats`` jobs (the first also
 preprocesses each organisation's documents into its cache; only rounds are timed).
-The CPU seconds each process spent during the runs are reported too. Prints Markdown.
+The CPU seconds each process spent during the runs are reported too, and the cores the
+SuperLink uses with no run going on (SuperNode polls) after the runs. Prints Markdown.
 
     .venv/bin/python bench/bench_flower.py [--rounds 10] [--repeats 2] [--stock-rounds 3] [--variants ...]
 """
@@ -40,7 +41,8 @@ from fedtopic_pipelines.flower.cli import (
     in_process_training,
     project_parameters,
 )
-from fedtopic_pipelines.flower.deployment import LocalFederation
+from fedtopic_pipelines.flower.deployment import LocalFederation, exit_on_sigterm
+from fedtopic_pipelines.flower.supernode import ACTIVE_S
 
 logger = logging.getLogger("bench")
 IN_PROCESS_REPEATS = 5  # in-process runs take a second: more repeats, median
@@ -65,7 +67,7 @@ def cpu_seconds(federation: LocalFederation) -> dict[str, float]:
     return seconds
 
 
-def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, work: Path) -> dict:
+def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, work: Path, measure_idle: bool) -> dict:
     job = demo_job(params, rounds)
     job_file = work / f"{name}.json"
     job_file.write_text(json.dumps(job.to_dict()))
@@ -84,8 +86,30 @@ def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, 
             latencies += json.loads((out / "run.json").read_text())["latencies_s"]
             states.append(torch.load(out / "model.pt", weights_only=False).state)
         after = cpu_seconds(federation)
+        idle = superlink_idle_cpu(federation) if measure_idle else {}
     cpu = {n: after.get(n, 0.0) - before.get(n, 0.0) for n in after}
-    return {"job": job, "threads": threads, "latencies": latencies, "states": states, "cpu": cpu, "wall": wall}
+    return {
+        "job": job,
+        "threads": threads,
+        "latencies": latencies,
+        "states": states,
+        "cpu": cpu,
+        "wall": wall,
+        "idle": idle,
+    }
+
+
+def superlink_idle_cpu(federation: LocalFederation, window_s: float = 10.0) -> dict[str, float]:
+    """Cores the SuperLink uses with no run going on, by its SuperNodes' polls: just after the
+    last run, and once they have slowed down (``FEDTOPIC_ACTIVE_S`` after their last message)."""
+    ended = time.monotonic()
+    usage = {}
+    for after in (5.0, ACTIVE_S + 15):
+        time.sleep(max(0.0, ended + after - time.monotonic()))
+        before = cpu_seconds(federation)["superlink"]
+        time.sleep(window_s)
+        usage[f"{after:g}-{after + window_s:g} s"] = (cpu_seconds(federation)["superlink"] - before) / window_s
+    return usage
 
 
 def main() -> None:
@@ -94,7 +118,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--stock-rounds", type=int, default=3, help="rounds for the (slow) stock variant")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--no-idle", action="store_true", help="skip the idle SuperLink measurement (about 1 min)")
     args = parser.parse_args()
+    exit_on_sigterm()  # a killed benchmark stops its federations
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logger.setLevel(logging.INFO)
     params = project_parameters()
@@ -104,7 +130,7 @@ def main() -> None:
         for name in args.variants:
             rounds = args.stock_rounds if name == "stock" else args.rounds
             logger.info("variant %s: %d x %d rounds", name, args.repeats, rounds)
-            results[name] = run_variant(name, rounds, args.repeats, data, params, Path(tmp))
+            results[name] = run_variant(name, rounds, args.repeats, data, params, Path(tmp), not args.no_idle)
     reference_job = next(iter(results.values()))["job"]
     matrices = in_process_matrices(reference_job, data)
     # the in-process engine in this run: as `kedro run` runs it (the reference for the latency
@@ -146,6 +172,14 @@ def main() -> None:
     for name, result in results.items():
         cells = " | ".join(f"{result['cpu'].get(n, 0.0):.1f}" for n in names)
         print(f"| {name} | {result['wall']:.1f} | {cells} |")
+
+    if not args.no_idle:
+        print("\nCores the SuperLink uses with no run going on (SuperNode polls), after the last run:\n")
+        windows = list(next(iter(results.values()))["idle"])
+        print("| variant | " + " | ".join(windows) + " |")
+        print("| --- | " + " | ".join("---" for _ in windows) + " |")
+        for name, result in results.items():
+            print(f"| {name} | " + " | ".join(f"{result['idle'][w]:.2f}" for w in windows) + " |")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from fedtopic_pipelines.core.config import TrainConfig
@@ -20,3 +25,24 @@ def test_the_demo_job_is_a_valid_job_of_the_project_parameters(env) -> None:
     assert config.batch_size == params["train"]["batch_size"]
     if env == "smoke":  # the environment overrides only the keys it names (soft merge)
         assert config.model.n_topics == 5 and config.optimizer.lr == params["train"]["optimizer"]["lr"]
+
+
+def test_sigterm_runs_the_cleanup_of_a_program_that_owns_a_federation(tmp_path) -> None:
+    """`make federation-demo` or the benchmark stopped with SIGTERM still stops its federation."""
+    marker = tmp_path / "stopped"
+    program = (
+        "import time\n"
+        "from fedtopic_pipelines.flower.deployment import exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
+        "try:\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "finally:\n"
+        f"    open({str(marker)!r}, 'w').write('stop() ran')\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    assert marker.read_text() == "stop() ran" and time.monotonic() - started < 30

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from fedtopic_pipelines.flower.deployment import LocalFederation
+from fedtopic_pipelines.flower.deployment import LocalFederation, exit_on_sigterm
 from fedtopic_pipelines.flower.federation import Job
 
 logger = logging.getLogger("fedtopic_pipelines.flower.cli")
@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=DEMO_ROUNDS, help="demo: FedSGD rounds")
     parser.add_argument("--insecure", action="store_true", help="no TLS and no node authentication (debugging only)")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # `demo` stops its federation when interrupted
     {"up": up, "down": down, "demo": demo}[args.command](args)
 
 

@@ -62,6 +62,13 @@ def _run(args: Sequence[str], env: Mapping[str, str] | None = None, timeout: flo
     return done.stdout
 
 
+def exit_on_sigterm() -> None:
+    """For a program that owns a federation: SIGTERM raises ``SystemExit``, so its ``with`` and
+    ``finally`` blocks stop the federation's processes (they run in sessions of their own and
+    would otherwise outlive it)."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def make_certificates(folder: Path) -> dict[str, Path]:
     """CA and SuperLink certificate (SAN 127.0.0.1, localhost), unless already there."""
     folder.mkdir(parents=True, exist_ok=True)
