@@ -52,7 +52,7 @@ bench: install
 bench-synthetic: install   # one full-scale point of the synthetic experiment (tens of minutes on 2 cores)
 	$(BIN)/python bench/bench_synthetic.py
 
-bench-flower: install   # FedSGD round latency on a loopback Flower federation vs the in-process engine (about 15 min)
+bench-flower: install   # FedSGD round latency on a loopback Flower federation vs the in-process engine (about 11 min)
 	$(BIN)/python bench/bench_flower.py
 
 # A local Flower federation (TLS, node authentication) of the current corpus's organisations.

@@ -9,7 +9,9 @@ time from pushing a round's messages to holding every reply (``run.json``). Vari
   alive, short waits), one compute thread per SuperNode (``LocalFederation`` default on a
   machine with fewer cores than organisations);
 * ``warm-all-threads``: the same with every SuperNode using all cores (torch's default);
-* ``stock``: Flower's own ``flower-supernode`` (a fresh ClientApp process per message).
+* ``stock``: Flower's own ``flower-supernode`` (a fresh ClientApp process per message);
+* ``warm-plaintext`` (only when named): ``warm`` without TLS and node authentication, to
+  measure what they cost on the SuperLink.
 
 Each federation is started once per variant and runs ``--repeats`` jobs (the first also
 preprocesses each organisation's documents into its cache; only rounds are timed).
@@ -50,7 +52,9 @@ VARIANTS = {
     "warm": {"warm": True, "threads_per_node": None},
     "warm-all-threads": {"warm": True, "threads_per_node": os.cpu_count() or 1},
     "stock": {"warm": False, "threads_per_node": None},
+    "warm-plaintext": {"warm": True, "threads_per_node": None, "tls": False, "auth": False},
 }
+DEFAULT_VARIANTS = ["warm", "warm-all-threads", "stock"]
 
 
 def cpu_seconds(federation: LocalFederation) -> dict[str, float]:
@@ -117,7 +121,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--stock-rounds", type=int, default=3, help="rounds for the (slow) stock variant")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--no-idle", action="store_true", help="skip the idle SuperLink measurement (about 1 min)")
     args = parser.parse_args()
     exit_on_sigterm()  # a killed benchmark stops its federations
@@ -145,7 +149,10 @@ def main() -> None:
                 timings = [in_process_training(result["job"], matrices, threads) for _ in range(IN_PROCESS_REPEATS)]
                 in_process[rounds, threads] = (timings[0][0], statistics.median(t for _, t in timings))
     print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}")
-    print(f"{len(data)} organisations, demo ProdLDA (base parameters), TLS and node authentication on\n")
+    print(f"{len(data)} organisations, demo ProdLDA (base parameters), TLS and node authentication on")
+    if "warm-plaintext" in results:
+        print("(except warm-plaintext: no TLS, no node authentication, to measure what they cost)")
+    print()
     columns = ["engine", "threads per node", "rounds x runs", "median s/round", "min", "max"]
     columns += ["ratio to in-process", "max abs parameter difference"]
     print("| " + " | ".join(columns) + " |")
