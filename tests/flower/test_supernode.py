@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedtopic_pipelines.flower.supernode import LOCAL_WAIT_S, wait_seconds
+from fedtopic_pipelines.flower.supernode import LOCAL_WAIT_S, seconds_from_env, wait_seconds
 
 POLL, IDLE, ACTIVE = 0.05, 1.0, 30.0
 
@@ -27,3 +27,17 @@ def test_polls_fast_only_while_a_run_is_active(requested: float, since_message: 
 def test_never_waits_longer_than_flower_asked() -> None:
     assert wait_seconds(3, float("inf"), POLL, idle_poll_s=10.0, active_s=ACTIVE) == 3
     assert wait_seconds(0.001, 0.0, POLL, IDLE, ACTIVE) == 0.001
+
+
+@pytest.mark.parametrize("raw", ["0.05s", "-1", "nan", "inf", ""])
+def test_a_bad_wait_in_the_environment_names_the_variable(monkeypatch, raw: str) -> None:
+    monkeypatch.setenv("FEDTOPIC_POLL_S", raw)
+    with pytest.raises(ValueError, match=r"FEDTOPIC_POLL_S=.*seconds >= 0"):
+        seconds_from_env("FEDTOPIC_POLL_S", 0.05)
+
+
+def test_waits_come_from_the_environment_or_default(monkeypatch) -> None:
+    monkeypatch.delenv("FEDTOPIC_ACTIVE_S", raising=False)
+    assert seconds_from_env("FEDTOPIC_ACTIVE_S", 30.0) == 30.0
+    monkeypatch.setenv("FEDTOPIC_ACTIVE_S", "0.5")
+    assert seconds_from_env("FEDTOPIC_ACTIVE_S", 30.0) == 0.5

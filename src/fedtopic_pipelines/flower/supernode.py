@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import os
 import sys
 import threading
@@ -46,9 +47,25 @@ from flwr.supercore.inflatable import inflatable_utils
 
 logger = logging.getLogger(__name__)
 
-POLL_S = float(os.environ.get("FEDTOPIC_POLL_S", "0.05"))
-IDLE_POLL_S = float(os.environ.get("FEDTOPIC_IDLE_POLL_S", "1.0"))
-ACTIVE_S = float(os.environ.get("FEDTOPIC_ACTIVE_S", "30"))
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A duration from the environment; a value that is not a finite number >= 0 stops the
+    SuperNode at start with the variable's name (a typo would otherwise be a bare ValueError)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"environment variable {name}={raw!r}: expected a number of seconds >= 0")
+    return value
+
+
+POLL_S = seconds_from_env("FEDTOPIC_POLL_S", 0.05)
+IDLE_POLL_S = seconds_from_env("FEDTOPIC_IDLE_POLL_S", 1.0)
+ACTIVE_S = seconds_from_env("FEDTOPIC_ACTIVE_S", 30.0)
 LOCAL_WAIT_S = 0.01  # a look at the node's own in-memory state: no request, no reason to wait long
 FLOWER_IDLE_SLEEP_S = 3  # Flower 1.41's loop sleeps 3 s after an empty poll, 0.5 s in its local waits
 NEW_TASK = threading.Event()
