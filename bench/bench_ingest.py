@@ -16,7 +16,7 @@ fragment (pages repeated under fresh ids; written under ``--workdir``, never com
 plus a cProfile of a processes=1 ingestion (where the time goes). Results are logged as
 Markdown tables (for docs/performance.md) and written as JSON to ``--output``.
 
-    .venv/bin/python bench/bench_ingest.py [--size-mb 150] [--rss-base-mb 25] [--quick]
+    .venv/bin/python bench/bench_ingest.py [--size-mb 150] [--rss-base-mb 25] [--smoke]
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def machine_info() -> dict:
 
 
 def sample_pages(pages: list[bytes], target_bytes: float) -> list[bytes]:
-    """Fewer pages than the fragment (``--quick``), in fragment order: for each organisation the smallest
+    """Fewer pages than the fragment (``--smoke``), in fragment order: for each organisation the smallest
     article its default rules match (so none is left empty, which ingestion rejects), then every k-th page."""
     from fedtopic_pipelines.core.ingest.common import Rules
     from fedtopic_pipelines.core.ingest.wikipedia import CATEGORY
@@ -173,9 +173,8 @@ def make_dump(path: Path, target_mb: float, multistream: bool, regenerate: bool)
     Reused from an earlier run when present (generation is deterministic); written under
     a temporary name first, so a killed run never leaves half a dump.
     """
+    from dumpgen import fragment_parts, repeated_pages, write_dump
     from tqdm.auto import tqdm
-
-    from fedtopic_pipelines.core.ingest.dumpgen import fragment_parts, repeated_pages, write_dump
 
     meta_path = path.with_name(path.name + ".json")
     if path.is_file() and meta_path.is_file() and not regenerate:
@@ -621,7 +620,9 @@ def main() -> None:
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--skip", nargs="*", default=[], choices=["throughput", "rss", "preprocess", "profile"])
     parser.add_argument("--regenerate", action="store_true", help="rewrite dumps even if present")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke check in well under a minute")
+    parser.add_argument(
+        "--smoke", "--quick", dest="smoke", action="store_true", help="tiny sizes: a smoke check in well under a minute"
+    )
     parser.add_argument("--rss-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--rss-work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--rss-result", type=Path, help=argparse.SUPPRESS)
@@ -635,7 +636,7 @@ def main() -> None:
         from fedtopic_pipelines.core.text.preprocess import PARALLEL_MIN_DOCUMENTS
 
         args.preprocess_docs = PARALLEL_MIN_DOCUMENTS
-    if args.quick:
+    if args.smoke:
         args.size_mb, args.rss_base_mb, args.profile_mb = 2.0, 0.25, 2.0
         args.preprocess_docs, args.preprocess_shard_docs = 200, 50
     for noisy in ("gensim", "fedtopic_pipelines"):

@@ -5,14 +5,14 @@ K = 50) with the base parameters of ``conf/base/parameters_synthetic.yml``, then
 and scores all three scenarios. Reports the generator's wall time (repeated) next to a
 reference measured in the same run, a per-document Python loop drawing the same kind of
 documents, then the wall time of each stage, and the process's peak resident memory.
+``--smoke`` runs the same code on the smoke environment's tiny organisations.
 
-    .venv/bin/python bench/bench_synthetic.py [--n-shared 10] [--generate-only]
+    .venv/bin/python bench/bench_synthetic.py [--n-shared 10] [--generate-only] [--env ENV] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import platform
 import resource
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
+from common import project_config
 
 from fedtopic_pipelines.core.synthetic import generate
-from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, SyntheticExperimentConfig, run_point
+from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, run_point
 
 ROOT = Path(__file__).resolve().parents[1]
 logger = logging.getLogger("bench")
@@ -51,10 +51,14 @@ def main() -> None:
     parser.add_argument("--n-shared", type=int, default=10)
     parser.add_argument("--generate-repeats", type=int, default=3)
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument("--env", default=None, help="Kedro environment (default: base)")
+    parser.add_argument("--smoke", action="store_true", help="smoke environment, K' = 2, 1 generator repeat")
     args = parser.parse_args()
+    if args.smoke:
+        args.env, args.n_shared, args.generate_repeats = "smoke", 2, 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    raw = yaml.safe_load((ROOT / "conf/base/parameters_synthetic.yml").read_text())["synthetic"]
-    config = SyntheticExperimentConfig.from_params(raw)
+    _, project = project_config(args.env, {"synthetic": {"repetitions": 1}})
+    config = project.synthetic
     point = SweepPoint("n_shared", args.n_shared, 0)
     generator = point.generator_config(config)
     n_docs = generator.n_organisations * (generator.n_train + generator.n_validation)
@@ -65,7 +69,7 @@ def main() -> None:
         corpus = generate(generator)
         times.append(time.perf_counter() - start)
     gen_s = statistics.median(times)
-    alpha = np.full(generator.n_topics, generator.alpha)
+    alpha = np.full(generator.n_topics, generator.document_prior)
     per_doc_loop = loop_reference(corpus.beta, alpha, 20, np.random.default_rng(0))
     print(f"\nmachine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
     print(f"generation of {n_docs} documents, V={generator.vocab_size}, K={generator.n_topics}, K'={args.n_shared}")
@@ -83,7 +87,7 @@ def main() -> None:
     del corpus
 
     start = time.perf_counter()
-    result = run_point(dataclasses.replace(config, sweep=dataclasses.replace(config.sweep, repetitions=1)), point)
+    result = run_point(config, point)
     total = time.perf_counter() - start
     print("\n| stage | wall time (s) |")
     print("| --- | --- |")

@@ -7,38 +7,31 @@ ghost batches are then (almost) organisation-pure, as a FedSGD client's batch is
 else changes: the same sampler, the same noise, the same steps. If the regrouped model
 scores like the federated one, the gap comes from which documents share a BatchNorm batch.
 
-    .venv/bin/python bench/diagnose_batchnorm_grouping.py [--env reduced] [--n-shared 10] [--repetitions 1]
+``--smoke`` runs it on the smoke environment's tiny organisations.
+
+    .venv/bin/python bench/diagnose_batchnorm_grouping.py [--env reduced] [--n-shared 10] [--repetitions 1] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from kedro.framework.startup import bootstrap_project
+from common import project_config
 
-from fedtopic_pipelines.core.federated.batching import GhostBatchSource, derive_seed
-from fedtopic_pipelines.core.federated.client import GradientClient
+from fedtopic_pipelines.core.families import get_family
+from fedtopic_pipelines.core.federated.batching import derive_seed
+from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.federation import stopping_rule
 from fedtopic_pipelines.core.federated.server import FederatedServer
-from fedtopic_pipelines.core.federated.strategies import FedSGD
+from fedtopic_pipelines.core.federated.site import POOLED_STREAM, hold_out_one, resolve_device
 from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss
-from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.synthetic import generate
-from fedtopic_pipelines.core.synthetic_experiment import (
-    SweepPoint,
-    SyntheticExperimentConfig,
-    consensus_matrices,
-    infer_theta,
-)
-from fedtopic_pipelines.core.training import TrainedModel, hold_out, resolve_device, stopping_rule
-from fedtopic_pipelines.pipeline_registry import project_parameters
-
-ROOT = Path(__file__).resolve().parents[1]
+from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, consensus_matrices, infer_theta
 
 
 class SortedByOrganisation:
@@ -59,10 +52,12 @@ def main() -> None:
     parser.add_argument("--env", default="reduced")
     parser.add_argument("--n-shared", type=int, default=10)
     parser.add_argument("--repetitions", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help="smoke environment, K' = 2")
     args = parser.parse_args()
+    if args.smoke:
+        args.env, args.n_shared = "smoke", 2
     logging.basicConfig(level=logging.WARNING)
-    bootstrap_project(ROOT)  # the project's settings (soft merge of environments) for project_parameters
-    config = SyntheticExperimentConfig.from_params(project_parameters(ROOT, args.env)["synthetic"])
+    config = project_config(args.env)[1].synthetic
     print("| repetition | ghost batches | steps | DSS | TSS |")
     print("| --- | --- | --- | --- | --- |")
     for rep in range(args.repetitions):
@@ -70,8 +65,12 @@ def main() -> None:
         seed = point.seed(config)
         corpus = generate(point.generator_config(config))
         vocabulary, train, validation = consensus_matrices(corpus, config.consensus)
-        train_config = dataclasses.replace(config.train, seed=seed)
-        fit, held = hold_out(train, train_config.validation_fraction, seed)
+        train_config = config.train.replace(seed=seed)
+        family = get_family(train_config.model.family)
+        split = {
+            o: hold_out_one(o, m, train_config.validation_fraction, seed, i) for i, (o, m) in enumerate(train.items())
+        }
+        fit, held = {o: s[0] for o, s in split.items()}, {o: s[1] for o, s in split.items()}
         orgs = list(fit)
         pooled = sp.vstack([fit[o] for o in orgs]).tocsr()
         organisation = np.concatenate([np.full(fit[o].shape[0], i) for i, o in enumerate(orgs)])
@@ -81,19 +80,20 @@ def main() -> None:
         theta_true = np.vstack([corpus.organisations[o].theta_validation for o in orgs])
         all_validation = sp.vstack([validation[o] for o in orgs]).tocsr()
         for label in ("mixed (as trained)", "sorted by organisation"):
-            source = GhostBatchSource(pooled, bs, n, derive_seed(seed, 1000), device)
+            source = family.stream(pooled, train_config, derive_seed(seed, POOLED_STREAM), device, ghosts=n)
             if label.startswith("sorted"):
                 source.sampler = SortedByOrganisation(source.sampler, organisation)
-            model = ProdLDA.create(pooled.shape[1], train_config.model, seed).to(device)
-            client = GradientClient(
+            model = family.create_model(pooled.shape[1], train_config, device)
+            client = FamilyClient(
                 "server",
-                ProdLDA.create(pooled.shape[1], train_config.model, seed).to(device),
-                [source],
+                family,
+                family.create_model(pooled.shape[1], train_config, device),
+                source,
                 pooled_held,
-                derive_seed(seed, 2000, 1000),
+                derive_seed(seed, 2000, POOLED_STREAM),
             )
             rule = stopping_rule(train_config, int(np.ceil(pooled.shape[0] / (bs * n))), True)
-            server = FederatedServer(FedSGD(model, train_config.optimizer), rule, name=label)
+            server = FederatedServer(family.strategy(model, train_config), rule, name=label)
             history = server.run(InProcessEngine([client]), progress=False)
             state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             trained = TrainedModel(label, "centralized", orgs, pooled.shape[1], train_config, state, history)

@@ -48,3 +48,23 @@ def test_input_files_fallback_and_work_folder(tmp_path) -> None:
     with pytest.raises(DatasetError, match="unknown fallback"):
         InputFilesDataset(str(tmp_path), "*", "wikipedia_online")
     assert WorkFolderDataset(str(tmp_path / "w" / "x")).load().is_dir()
+
+
+def test_trained_models_dataset_round_trips_without_pickle(tmp_path) -> None:
+    from fedtopic_pipelines.core.config import TrainConfig
+    from fedtopic_pipelines.core.training import train_scenarios
+    from fedtopic_pipelines.datasets import TrainedModelsDataset
+    from tests.conftest import poisson_matrices
+
+    config = TrainConfig.from_params(
+        {"model": {"n_topics": 3, "hidden_sizes": [8]}, "batch_size": 8, "max_steps": 3, "device": "cpu"}
+    )
+    models = train_scenarios(dict(zip("ab", poisson_matrices((20, 18), 25), strict=True)), config, progress=False)
+    dataset = TrainedModelsDataset(str(tmp_path / "models"))
+    assert not dataset.exists()
+    dataset.save(models)
+    loaded = dataset.load()
+    assert list(loaded) == list(models) and dataset.exists()
+    assert all(loaded[n].state["beta"].equal(models[n].state["beta"]) for n in models)
+    with pytest.raises(DatasetError, match="no trained models"):
+        TrainedModelsDataset(str(tmp_path / "none")).load()

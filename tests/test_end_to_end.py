@@ -106,19 +106,18 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
 @pytest.mark.deployment
 def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, tmp_path: Path) -> None:
     """`--params=train.engine=flower`: the same catalog outputs and MLflow store, the same parameters."""
-    import pickle
-
+    from fedtopic_pipelines.core.model_store import load_models
     from fedtopic_pipelines.flower.deployment import LocalFederation
 
     orgs = ["computers", "recreation", "science", "politics_religion", "misc_forsale"]
     steps = "train.max_steps=5,train.mlflow_every=1"
     _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={steps}"], smoke_run)
-    reference = pickle.loads((smoke_run / "data/06_models/trained_models.pkl").read_bytes())["federated"]
+    reference = load_models(smoke_run / "data/06_models/trained_models")["federated"]
     data = {org: smoke_run / "data/01_raw/organisations" / org for org in orgs}
     with LocalFederation(tmp_path / "federation", data) as federation:
         flower = f"{steps},train.engine=flower,train.flower.federation_dir={federation.root}"
         _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={flower}"], smoke_run)
-    models = pickle.loads((smoke_run / "data/06_models/trained_models.pkl").read_bytes())
+    models = load_models(smoke_run / "data/06_models/trained_models")
     worst = max(float((models["federated"].state[k] - reference.state[k]).abs().max()) for k in reference.state)
     assert worst <= 1e-5, f"max abs parameter difference Flower vs in-process: {worst}"
     assert "centralized" in models and any(name.startswith("local__") for name in models)  # still in process
@@ -209,7 +208,10 @@ def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> 
         .replace("\ntrain:\n", "\ntrain:\n  scenarios: [fedrated]\n", 1)
     )
     output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train"], project)
-    assert "parameter 'train.scenarios' is 'fedrated'" in output
+    assert "parameter 'train.scenarios[0]' is 'fedrated'" in output
+    # a misspelt block is named before anything runs
+    output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--params=trian.max_steps=5"], project)
+    assert "unknown parameter block(s) ['trian']" in output
     # the organisations shape the pipelines: they come from an environment, not --params
     output = _run_failing([str(BIN / "kedro"), "run", "--pipeline=train", "--params=corpus=table"], project)
     assert "parameter 'corpus' cannot be changed with --params" in output

@@ -11,6 +11,7 @@ import pandas as pd
 from kedro.io import AbstractDataset, DatasetError
 
 from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
+from fedtopic_pipelines.core.model_store import TrainedModel, load_models, save_models
 from fedtopic_pipelines.core.text.corpus import SourceTable, load_table
 from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
 
@@ -91,6 +92,29 @@ class ParquetShardsDataset(AbstractDataset[pd.DataFrame | ShardedTable, ShardedT
 
     def _exists(self) -> bool:
         return self._path.is_dir() and any(self._path.glob("*.parquet"))
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path)}
+
+
+class TrainedModelsDataset(AbstractDataset[dict[str, TrainedModel], dict[str, TrainedModel]]):
+    """A folder of trained models: one safetensors file each (weights plus a JSON header with
+    the config and history) and ``models.json`` with their order. No pickle: a model file
+    never runs code when it is loaded (``core/persist.py``)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = Path(path)
+
+    def _load(self) -> dict[str, TrainedModel]:
+        if not (self._path / "models.json").is_file():
+            raise DatasetError(f"no trained models at '{self._path}': run the train pipeline first")
+        return load_models(self._path)
+
+    def _save(self, data: dict[str, TrainedModel]) -> None:
+        save_models(self._path, data)
+
+    def _exists(self) -> bool:
+        return (self._path / "models.json").is_file()
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._path)}

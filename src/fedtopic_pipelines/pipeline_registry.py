@@ -9,7 +9,7 @@ from kedro.config import OmegaConfigLoader
 from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
-from fedtopic_pipelines.core.config import ConfigError, choice
+from fedtopic_pipelines.core.config import ConfigError
 from fedtopic_pipelines.pipelines import (
     evaluate,
     ingest_demo,
@@ -26,14 +26,19 @@ from fedtopic_pipelines.pipelines import (
 CORPORA = ("demo", "wikipedia", "s2orc", "table", "synthetic")
 
 
-def project_parameters(project_path: Path | None = None, env: str | None = None) -> dict:
-    """Parameters of the environment ``env`` (default: ``KEDRO_ENV``, else ``local``) over ``base``.
+def project_parameters(
+    project_path: Path | None = None, env: str | None = None, runtime_params: dict | None = None
+) -> dict:
+    """Parameters of the environment ``env`` (default: ``KEDRO_ENV``, else ``local``) over ``base``,
+    with ``runtime_params`` (a nested dict: what ``kedro run --params`` passes) over both.
 
     Uses the project's settings (soft merge): inside a Kedro session, or after
     ``bootstrap_project`` in a script; otherwise Kedro's defaults replace whole blocks.
     """
     conf = (project_path or Path.cwd()) / settings.CONF_SOURCE
-    loader = OmegaConfigLoader(str(conf), env=env or os.getenv("KEDRO_ENV"), **settings.CONFIG_LOADER_ARGS)
+    loader = OmegaConfigLoader(
+        str(conf), env=env or os.getenv("KEDRO_ENV"), runtime_params=runtime_params, **settings.CONFIG_LOADER_ARGS
+    )
     return loader["parameters"]
 
 
@@ -83,7 +88,9 @@ def register_pipelines() -> dict[str, Pipeline]:
     ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
     """
     params = project_parameters()
-    corpus = choice("corpus", str(params.get("corpus", "demo")), CORPORA)
+    corpus = params.get("corpus", "demo")
+    if corpus not in CORPORA:
+        raise ConfigError(f"parameter 'corpus' is {corpus!r}; expected one of {list(CORPORA)}")
     orgs = corpus_organisations(params, corpus)
     pipelines = {
         "ingest_demo": ingest_demo.create_pipeline(orgs),

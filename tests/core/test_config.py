@@ -1,16 +1,37 @@
+"""Strict parameter validation: every bad value is refused with the parameter's full name."""
+
+import math
+import re
+
 import pytest
 
-from fedtopic_pipelines.core.config import ConfigError, ConsensusConfig, PreprocessConfig, TrainConfig, from_mapping
+from fedtopic_pipelines.core.config import (
+    ConfigError,
+    ConsensusConfig,
+    EvaluateConfig,
+    IngestDemoConfig,
+    IngestTableConfig,
+    PreprocessConfig,
+    ProdLDAConfig,
+    TrainConfig,
+    from_mapping,
+)
+from fedtopic_pipelines.core.parameters import validate_parameters
 
 
 def test_unknown_scenario_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"train.scenarios.*'federatd'"):
+    with pytest.raises(ConfigError, match=r"parameter 'train.scenarios\[0\]' is 'federatd'"):
         TrainConfig.from_params({"scenarios": ["federatd"]})
 
 
-def test_unknown_model_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"train.model_name.*'lda'"):
-        TrainConfig.from_params({"model_name": "lda"})
+def test_unknown_family_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"train.model.*'lda'.*expected tags: 'prodlda'"):
+        TrainConfig.from_params({"model": {"family": "lda"}})
+
+
+def test_a_model_block_without_family_is_the_default_family() -> None:
+    config = TrainConfig.from_params({"model": {"n_topics": 7}})
+    assert isinstance(config.model, ProdLDAConfig) and config.model.family == "prodlda" and config.model.n_topics == 7
 
 
 def test_unknown_merge_is_named() -> None:
@@ -18,8 +39,8 @@ def test_unknown_merge_is_named() -> None:
         from_mapping(ConsensusConfig, {"merge": "union_all"}, "vocab_consensus")
 
 
-def test_unknown_key_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"train.model.n_topic"):
+def test_unknown_key_is_named_with_its_full_path() -> None:
+    with pytest.raises(ConfigError, match=r"unknown parameter 'train.model.n_topic'"):
         TrainConfig.from_params({"model": {"n_topic": 5}})
 
 
@@ -30,17 +51,89 @@ def test_nested_blocks_are_parsed() -> None:
     assert config.optimizer.lr == 0.1
 
 
-def test_preprocess_ranges() -> None:
-    with pytest.raises(ConfigError, match="preprocess.max_df"):
-        PreprocessConfig(max_df=0)
+# Each probe of issue 12, part 1: got through or failed without naming the parameter before.
+PROBES = [
+    ({"lr": math.nan}, "optimizer", "train.optimizer.lr", "finite"),
+    ({"round_timeout_s": math.inf}, "flower", "train.flower.round_timeout_s", "finite"),
+    ({"max_steps": 2.5}, None, "train.max_steps", "integer"),
+    ({"max_steps": True}, None, "train.max_steps", "integer"),
+    ({"n_topics": 2.5}, "model", "train.model.n_topics", "integer"),
+    ({"betas": [2, -1]}, "optimizer", "train.optimizer.betas[0]", "less than 1"),
+    ({"mlflow_every": "10"}, None, "train.mlflow_every", "integer"),
+    ({"run_timeout_s": "1h"}, "flower", "train.flower.run_timeout_s", "number"),
+    ({"scenarios": "federated"}, None, "train.scenarios", "tuple"),
+    ({"batch_size": 1}, None, "train.batch_size", "greater than or equal to 2"),
+    ({"seed": -3}, None, "train.seed", "greater than or equal to 0"),
+]
+
+
+@pytest.mark.parametrize(("value", "block", "path", "says"), PROBES, ids=[p[2] for p in PROBES])
+def test_each_probe_is_refused_naming_the_parameter(value, block, path, says) -> None:
+    raw = {block: value} if block else value
+    with pytest.raises(ConfigError, match=rf"parameter '{re.escape(path)}'.*{says}"):
+        TrainConfig.from_params(raw)
+
+
+@pytest.mark.parametrize(
+    ("cls", "raw", "path"),
+    [
+        (EvaluateConfig, {"svm_c": -1.0}, "evaluate.svm_c"),
+        (EvaluateConfig, {"diversity_top_words": -5}, "evaluate.diversity_top_words"),
+        (EvaluateConfig, {"coherence_measures": "c_v"}, "evaluate.coherence_measures"),
+        (PreprocessConfig, {"max_df": 0}, "preprocess.max_df"),
+        (PreprocessConfig, {"min_df": 1.5}, "preprocess.min_df"),
+        (ConsensusConfig, {"top_n": 0}, "vocab_consensus.top_n"),
+    ],
+)
+def test_other_blocks_name_their_parameters(cls, raw, path) -> None:
+    where = path.rsplit(".", 1)[0]
+    with pytest.raises(ConfigError, match=rf"parameter '{path}'"):
+        from_mapping(cls, raw, where)
+
+
+def test_cross_field_rules_name_the_parameters() -> None:
+    with pytest.raises(ConfigError, match="exactly one of 'train.max_steps' and 'train.max_epochs'"):
+        TrainConfig.from_params({"max_steps": 10, "max_epochs": 10})
+    with pytest.raises(ConfigError, match="'train.checkpoint_every' > 0 needs 'train.checkpoint_dir'"):
+        TrainConfig.from_params({"checkpoint_every": 3})
+    with pytest.raises(ConfigError, match="repeats a scenario"):
+        TrainConfig.from_params({"scenarios": ["federated", "federated"]})
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(ValueError, match="device"):
+        TrainConfig(device="tpu")
+
+
+def test_a_block_that_is_not_a_mapping_is_named() -> None:
+    with pytest.raises(ConfigError, match="parameter block 'train' must be a mapping"):
+        TrainConfig.from_params(["max_steps", 3])
+
+
+def test_replace_validates_and_round_trips_through_params() -> None:
+    config = TrainConfig.from_params({"model": {"n_topics": 4}})
+    assert config.replace(max_steps=5).max_steps == 5
+    with pytest.raises(ConfigError, match="max_steps"):
+        config.replace(max_steps=0)
+    assert TrainConfig.from_params(config.to_params()) == config
 
 
 def test_ingest_blocks_reject_unknown_keys_and_bad_caps() -> None:
-    from fedtopic_pipelines.core.config import IngestDemoConfig, IngestTableConfig
-
     with pytest.raises(ConfigError, match=r"ingest_table.label_colum"):
         from_mapping(IngestTableConfig, {"label_colum": "topic"}, "ingest_table")
     with pytest.raises(ConfigError, match=r"ingest_demo.max_documents.train"):
         from_mapping(IngestDemoConfig, {"max_documents": {"train": 0}}, "ingest_demo")
     with pytest.raises(ConfigError, match=r"ingest_demo.organisations.science"):
         from_mapping(IngestDemoConfig, {"organisations": {"science": []}}, "ingest_demo")
+
+
+def test_an_unknown_top_level_block_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"unknown parameter block\(s\) \['trian'\]"):
+        validate_parameters({"trian": {"max_steps": 5}, "train": {}})
+
+
+def test_every_block_of_the_project_is_checked_at_once() -> None:
+    with pytest.raises(ConfigError, match="parameter 'evaluate.top_words'"):
+        validate_parameters({"train": {}, "evaluate": {"top_words": 1}})
+    project = validate_parameters({"organisations": ["a", "b"], "train": {"max_steps": 3}})
+    assert project.train.max_steps == 3 and project.organisations == ["a", "b"]

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fedtopic_pipelines.core.config import ConfigError, SyntheticGeneratorConfig
+from fedtopic_pipelines.core.config import ConfigError, SyntheticGeneratorConfig, from_mapping
 from fedtopic_pipelines.core.synthetic import generate, sample_documents
 
 SMALL = SyntheticGeneratorConfig(
@@ -57,13 +57,13 @@ def test_fixed_seed_is_deterministic_and_organisations_are_independent_streams()
     np.testing.assert_array_equal(first.beta, second.beta)
     for name in first.organisations:
         assert (first.organisations[name].train != second.organisations[name].train).nnz == 0
-    other = generate(SyntheticGeneratorConfig(**{**SMALL.__dict__, "seed": 8}))
+    other = generate(SMALL.replace(seed=8))
     assert not np.array_equal(first.beta, other.beta)
 
 
 def test_paper_alpha_default_and_authors_inactive_prior() -> None:
-    assert SyntheticGeneratorConfig().alpha == pytest.approx(1.0)  # 50 / K with K = 50
-    authors = generate(SyntheticGeneratorConfig(**{**SMALL.__dict__, "alpha": 0.1, "inactive_ratio": 1e-4}))
+    assert SyntheticGeneratorConfig().document_prior == pytest.approx(1.0)  # 50 / K with K = 50
+    authors = generate(SMALL.replace(alpha=0.1, inactive_ratio=1e-4))
     org = authors.organisations["org1"]
     inactive = [t for t in range(9) if t not in org.active_topics]
     assert (org.theta_train[:, inactive] >= 0).all()
@@ -84,4 +84,4 @@ def test_paper_alpha_default_and_authors_inactive_prior() -> None:
 )
 def test_invalid_generator_parameters_are_named(change: dict, parameter: str) -> None:
     with pytest.raises(ConfigError, match=parameter.replace(".", r"\.")):
-        SyntheticGeneratorConfig(**change)
+        from_mapping(SyntheticGeneratorConfig, change, "synthetic.generator")

@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from fedtopic_pipelines.core.config import ConfigError, ProdLDAConfig, TrainConfig
-from fedtopic_pipelines.core.training import hold_out, resolve_device, train_scenarios
+from fedtopic_pipelines.core.federated.engine import FederationError
+from fedtopic_pipelines.core.federated.site import hold_out_one, resolve_device
+from fedtopic_pipelines.core.training import train_scenarios
 from tests.conftest import poisson_matrices
 
 CONFIG = TrainConfig(model=ProdLDAConfig(n_topics=3, hidden_sizes=(8,)), batch_size=8, max_steps=15, device="cpu")
@@ -29,12 +31,11 @@ def test_same_number_of_steps_and_examples_seen() -> None:
     assert seen["local__a"] + seen["local__b"] + seen["local__c"] == seen["federated"]
     assert seen["centralized"] == seen["federated"] == 15 * 3 * 8
     assert all(len(m.history) == 15 for m in models.values())
+    assert models["centralized"].organisations == ["a", "b", "c"] and models["local__b"].organisations == ["b"]
 
 
 def test_only_requested_scenarios_run() -> None:
-    models = train_scenarios(
-        _matrices(), TrainConfig(**{**CONFIG.__dict__, "scenarios": ("federated",)}), progress=False
-    )
+    models = train_scenarios(_matrices(), CONFIG.replace(scenarios=("federated",)), progress=False)
     assert list(models) == ["federated"]
 
 
@@ -44,37 +45,82 @@ def test_cuda_requested_without_a_gpu_is_named() -> None:
     with pytest.raises(ValueError, match="train.device"):
         resolve_device("cuda")
     with pytest.raises(ConfigError, match="train.device"):
-        TrainConfig(device="tpu")
+        TrainConfig.from_params({"device": "tpu"})
 
 
 def test_an_organisation_with_one_usable_document_is_named() -> None:
     matrices = {**_matrices(), "tiny": poisson_matrices((1,), 40)[0]}
-    with pytest.raises(ValueError, match="organisation 'tiny' has 1 training document"):
+    with pytest.raises(FederationError, match="organisation 'tiny' has 1 training document"):
         train_scenarios(matrices, CONFIG, progress=False)
 
 
 def test_hold_out_keeps_a_seeded_share_of_each_organisation_aside() -> None:
     matrices = _matrices((40, 21, 8))
-    fit, held = hold_out(matrices, 0.25, 42)
+    split = {name: hold_out_one(name, m, 0.25, 42, i) for i, (name, m) in enumerate(matrices.items())}
     for name, matrix in matrices.items():
-        assert fit[name].shape[0] + held[name].shape[0] == matrix.shape[0]
-        assert fit[name].sum() + held[name].sum() == pytest.approx(matrix.sum())
-    assert [held[n].shape[0] for n in matrices] == [10, 5, 2]
-    again, _ = hold_out(matrices, 0.25, 42)
-    assert all((again[n] != fit[n]).nnz == 0 for n in matrices)
+        fit, held = split[name]
+        assert fit.shape[0] + held.shape[0] == matrix.shape[0]
+        assert fit.sum() + held.sum() == pytest.approx(matrix.sum())
+    assert [split[n][1].shape[0] for n in matrices] == [10, 5, 2]
+    again = hold_out_one("a", matrices["a"], 0.25, 42, 0)[0]
+    assert (again != split["a"][0]).nnz == 0
     with pytest.raises(ValueError, match="organisation 'c' has 3 training documents"):
-        hold_out({"c": matrices["c"][:3]}, 0.25, 42)
+        hold_out_one("c", matrices["c"][:3], 0.25, 42, 2)
 
 
 def test_validation_fraction_turns_on_early_stopping_in_every_scenario() -> None:
-    config = TrainConfig(
-        **{**CONFIG.__dict__, "max_steps": None, "max_epochs": 30, "validation_fraction": 0.25, "patience": 2}
-    )
+    config = CONFIG.replace(max_steps=None, max_epochs=30, validation_fraction=0.25, patience=2)
     models = train_scenarios(_matrices((40, 32, 48)), config, progress=False)
     for model in models.values():
         validations = [r.validation_loss for r in model.history if r.validation_loss is not None]
         assert validations and model.best_round is not None
         assert model.history[model.best_round].validation_loss == min(validations)
         assert model.stopped_early == (len(model.history) < 30 * 5)  # epochs of ceil(36 / 8) = 5 steps
-    with pytest.raises(ConfigError, match="exactly one of 'train.max_steps' and 'train.max_epochs'"):
-        TrainConfig(max_steps=10, max_epochs=10)
+
+
+KILLED_RUN = """
+import sys
+from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.training import train_scenarios
+from tests.core.test_training import _matrices
+train_scenarios(_matrices(), TrainConfig.from_params({params!r}), progress=False)
+"""
+
+
+def test_a_killed_in_process_run_resumes_from_its_last_checkpoint(tmp_path, caplog) -> None:
+    """Checkpoints work in process too: a run killed (SIGKILL) mid-training is rerun and resumes
+    from its last checkpoint, ending with the uninterrupted run's exact parameters and losses."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    steps = 400
+    params = {
+        **CONFIG.to_params(),
+        "scenarios": ["federated"],
+        "max_steps": steps,
+        "checkpoint_every": 20,
+        "checkpoint_dir": str(tmp_path / "ckpt"),
+    }
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    process = subprocess.Popen([sys.executable, "-c", KILLED_RUN.format(params=params)], cwd=root)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "ckpt").glob("*.safetensors")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert list((tmp_path / "ckpt").glob("*.safetensors")), "no checkpoint was written"
+
+    config = TrainConfig.from_params(params)
+    with caplog.at_level("INFO", logger="fedtopic_pipelines.core.federated.checkpoint"):
+        resumed = train_scenarios(_matrices(), config, progress=False)["federated"]
+    (message,) = [m for m in caplog.messages if "resumed from" in m]
+    at = int(message.rsplit(" ", 1)[1])
+    assert 0 < at < steps, message  # it resumed mid-run, not from scratch and not after the end
+    reference = train_scenarios(_matrices(), config.replace(checkpoint_every=0, checkpoint_dir=None), progress=False)
+    expected = reference["federated"]
+    assert [r.round for r in resumed.history] == list(range(steps))  # none lost, none repeated
+    assert [r.loss for r in resumed.history] == [r.loss for r in expected.history]
+    assert all(torch.equal(resumed.state[k], expected.state[k]) for k in expected.state)

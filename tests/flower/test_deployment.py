@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
+from fedtopic_pipelines.core import persist
+from fedtopic_pipelines.core.federated.checkpoint import KIND
 from fedtopic_pipelines.flower.deployment import DeploymentError, LocalFederation, make_key_pair
+from fedtopic_pipelines.flower.federation import load_result
 from fedtopic_pipelines.pipelines.train.nodes import training_histories
 from tests.conftest import make_tiny_raw_tables
 from tests.flower.test_federation import TRAIN, in_process, job, write_sites
@@ -57,12 +59,11 @@ def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation)
     job_file = root / "job.json"
     job_file.write_text(json.dumps(job(list(paths), train).to_dict()))
     fed.submit({"job-file": str(job_file), "output-dir": str(root / "out")}, timeout=240)
-    model = torch.load(root / "out" / "model.pt", weights_only=False)
+    _, model, run = load_result(root / "out")
     _, expected = in_process(paths, train)
     worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
     assert worst <= 1e-5, f"max abs parameter difference {worst}"
     assert len(model.history) == ROUNDS
-    run = json.loads((root / "out" / "run.json").read_text())
     assert sorted(run["nodes"]) == sorted(paths) and len(run["latencies_s"]) == ROUNDS
 
 
@@ -94,15 +95,13 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
     fed, paths, root = federation
     rounds = 10
     train = {**TRAIN, "max_steps": rounds}
-    spec = {
-        **job(list(paths), train).to_dict(),
-        "flower": {"checkpoint_every": 3, "checkpoint_dir": str(root / "ckpt")},
-    }
+    train = {**train, "checkpoint_every": 3, "checkpoint_dir": str(root / "ckpt")}
+    spec = job(list(paths), train).to_dict()
     job_file = root / "job-resume.json"
     job_file.write_text(json.dumps(spec))
     thread, done = submit_in_background(fed, job_file, root / "out-first")
     deadline = time.monotonic() + 180
-    while not list((root / "ckpt").glob("*.pt")) and time.monotonic() < deadline:
+    while not list((root / "ckpt").glob("*.safetensors")) and time.monotonic() < deadline:
         time.sleep(0.05)
     serverapps = fed.serverapps()
     assert len(serverapps) == 1, "one run, one ServerApp"
@@ -112,15 +111,15 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
     fed.stop_run(run_id)  # what an operator does; else the SuperLink fails the run after its heartbeat timeout
     thread.join(timeout=120)
     assert "error" in done, "the killed run must not report success"
-    assert not (root / "out-first" / "model.pt").exists()
-    (checkpoint,) = (root / "ckpt").glob("*.pt")
-    resumed_at = torch.load(checkpoint, weights_only=False)["next_round"]
+    assert not (root / "out-first" / "model.safetensors").exists()
+    (checkpoint,) = (root / "ckpt").glob("*.safetensors")
+    resumed_at = persist.load(checkpoint, KIND)["next_round"]
     assert 0 < resumed_at < rounds
 
     fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-resumed")}, timeout=240)  # the same job again
-    model = torch.load(root / "out-resumed" / "model.pt", weights_only=False)
+    _, model, run = load_result(root / "out-resumed")
     assert [r.round for r in model.history] == list(range(rounds))  # none lost, none repeated
-    latencies = json.loads((root / "out-resumed" / "run.json").read_text())["latencies_s"]
+    latencies = run["latencies_s"]
     assert len(latencies) == rounds - resumed_at  # only the rounds after the checkpoint ran again
     _, expected = in_process(paths, train)
     worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
@@ -131,7 +130,7 @@ def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation)
     """Runs last in this module: it kills one SuperNode (SIGKILL, no goodbye to the SuperLink)."""
     fed, paths, root = federation
     train = {**TRAIN, "max_steps": 6}
-    spec = {**job(list(paths), train).to_dict(), "flower": {"round_timeout_s": 6}}
+    spec = job(list(paths), {**train, "flower": {"round_timeout_s": 6}}).to_dict()
     job_file = root / "job-kill.json"
     job_file.write_text(json.dumps(spec))
     thread, done = submit_in_background(fed, job_file, root / "out-kill")
@@ -142,13 +141,13 @@ def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation)
     fed.kill("supernode-gamma")
     thread.join(timeout=240)
     assert "error" not in done, done.get("error")
-    model = torch.load(root / "out-kill" / "model.pt", weights_only=False)
+    _, model, run = load_result(root / "out-kill")
     assert len(model.history) == 6  # no round lost: the others went on
     failed = [r for r in model.history if "gamma" in r.failed]
     # Left out by our round timeout, by Flower's heartbeat check (the SuperLink answers for a
     # node it has declared dead), or because the reply's arrays never finished uploading.
     assert failed and all(left_out_for_silence(r.failed["gamma"]) for r in failed), [r.failed for r in failed]
-    latencies = json.loads((root / "out-kill" / "run.json").read_text())["latencies_s"]
+    latencies = run["latencies_s"]
     assert max(latencies) < 6 + 4, latencies  # the timeout bounds every round, half-uploaded replies included
     # what the Kedro train node logs to MLflow (train.federated.failed_updates) and to its JSON history
     history, mlflow = training_histories({"federated": model}, {}, list(paths), every=10)

@@ -1,27 +1,29 @@
-"""The Flower app on an in-process grid: same vocabulary and same model as the in-process engine."""
+"""The Flower app on an in-process grid: the real ClientApp and records, the core federation behind them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
+from fedtopic_pipelines.core import persist
 from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig, from_mapping
-from fedtopic_pipelines.core.ingest.common import ShardedTable
-from fedtopic_pipelines.core.text.preprocess import preprocess_shards
+from fedtopic_pipelines.core.federated.checkpoint import KIND
+from fedtopic_pipelines.core.federated.site import read_raw, run_sites
 from fedtopic_pipelines.core.training import train_scenarios
-from fedtopic_pipelines.core.vocab.consensus import build_vocabulary, vectorize_frames
 from fedtopic_pipelines.flower.client_app import app as client_app
-from fedtopic_pipelines.flower.federation import Job, run_federation
+from fedtopic_pipelines.flower.federation import Job, run_flower_federation
+from fedtopic_pipelines.flower.records import decode_config
 from tests.flower.local_grid import LocalGrid
 
 PREPROCESS = {"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1}
 CONSENSUS = {"top_n": 50, "min_count": 0, "merge": "union"}
 TRAIN = {
     "scenarios": ["federated"],
-    "model": {"n_topics": 3, "hidden_sizes": [8, 8]},
+    "model": {"family": "prodlda", "n_topics": 3, "hidden_sizes": [8, 8]},
     "batch_size": 8,
     "max_steps": 12,
     "seed": 7,
@@ -40,15 +42,13 @@ def write_sites(tables: dict[str, pd.DataFrame], root: Path) -> dict[str, Path]:
 
 
 def in_process(paths: dict[str, Path], train: dict) -> tuple[list[str], dict[str, torch.Tensor]]:
+    """The same job through the Kedro path: the site steps in one process, then the in-process engine."""
     preprocess = from_mapping(PreprocessConfig, PREPROCESS, "preprocess")
-    results = {org: preprocess_shards(ShardedTable.from_directory(p), preprocess) for org, p in paths.items()}
-    vocab = build_vocabulary(
-        {o: r.term_counts for o, r in results.items()}, from_mapping(ConsensusConfig, CONSENSUS, "c")
-    )
-    terms = vocab["term"].tolist()
-    bows = {o: vectorize_frames(r.tokens.frames(), terms)[0] for o, r in results.items()}
-    models = train_scenarios({o: b.subset("train").matrix for o, b in bows.items()}, TrainConfig.from_params(train))
-    return terms, models["federated"].state
+    consensus = from_mapping(ConsensusConfig, CONSENSUS, "vocab_consensus")
+    vocabulary, bows = run_sites({org: read_raw(p) for org, p in paths.items()}, preprocess, consensus)
+    matrices = {o: b.subset("train").matrix for o, b in bows.items()}
+    models = train_scenarios(matrices, TrainConfig.from_params(train), progress=False, vocabulary=vocabulary)
+    return vocabulary["term"].tolist(), models["federated"].state
 
 
 def node_configs(paths: dict[str, Path], root: Path) -> dict[int, dict]:
@@ -64,19 +64,51 @@ def job(orgs: list[str], train: dict) -> Job:
     )
 
 
-@pytest.mark.parametrize("validation", [0.0, 0.25])
-def test_same_vocabulary_and_parameters_as_the_in_process_engine(tiny_raw_tables, tmp_path, validation) -> None:
-    train = {**TRAIN, "validation_fraction": validation, "validation_every": 4}
+def test_same_vocabulary_and_parameters_as_the_kedro_path(tiny_raw_tables, tmp_path) -> None:
     paths = write_sites(tiny_raw_tables, tmp_path)
-    terms, expected = in_process(paths, train)
-    grid = LocalGrid(client_app, node_configs(paths, tmp_path))
-    result = run_federation(grid, job(list(paths), train))
+    terms, expected = in_process(paths, TRAIN)
+    result, engine = run_flower_federation(
+        LocalGrid(client_app, node_configs(paths, tmp_path)), job(list(paths), TRAIN)
+    )
     assert result.vocabulary["term"].tolist() == terms
-    assert len(result.model.history) == 12
-    assert result.model.state.keys() == expected.keys()
-    worst = max(float((result.model.state[k] - expected[k]).abs().max()) for k in expected)
-    assert worst <= 1e-5, f"max abs parameter difference {worst}"
-    assert any(float((result.model.state[k] - expected[k]).abs().max()) == 0 for k in expected)
+    assert len(result.model.history) == 12 and len(engine.latencies) == 12
+    assert all(torch.equal(result.model.state[k], expected[k]) for k in expected)
+
+
+def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal(tiny_raw_tables, tmp_path) -> None:
+    """Only the top-N proposal leaves an organisation, and it is the same on both engines."""
+    from fedtopic_pipelines.pipelines import preprocess, vocab_consensus
+    from tests.pipelines.conftest import run_slice
+
+    consensus = {**CONSENSUS, "top_n": 7}
+    orgs = list(tiny_raw_tables)
+    kedro = run_slice(
+        preprocess.create_pipeline(orgs) + vocab_consensus.create_pipeline(orgs),
+        {
+            **{f"clients.{o}.raw_documents": t for o, t in tiny_raw_tables.items()},
+            "params:preprocess": PREPROCESS,
+            "params:vocab_consensus": consensus,
+        },
+    )
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    sent = {}
+    grid = LocalGrid(
+        client_app,
+        node_configs(paths, tmp_path),
+        on_send=lambda node, msg, reply: (
+            sent.update({node: reply}) if msg.metadata.message_type == "query.vocabulary" else None
+        ),
+    )
+    spec = {"organisations": orgs, "preprocess": PREPROCESS, "vocab_consensus": consensus, "train": TRAIN}
+    run_flower_federation(grid, Job.from_dict({**spec, "train": {**TRAIN, "max_steps": 1}}))
+    configs = node_configs(paths, tmp_path)
+    for node, reply in sent.items():
+        org = configs[node]["organisation"]
+        answer = decode_config(reply.content.config_records["reply"])
+        proposal = dict(zip(answer["terms"], answer["counts"], strict=True))
+        assert proposal == kedro[f"vocabulary_proposal__{org}"]
+        assert len(proposal) == 7 < len(kedro[f"clients.{org}.term_counts"])  # the full counts stayed
+    assert len(sent) == len(orgs)
 
 
 def corrupting(app, org: str, corrupt):
@@ -122,6 +154,12 @@ def _name(t):
     return t
 
 
+def _half(t):
+    name = next(iter(t))
+    t[name] = t[name].half()
+    return t
+
+
 @pytest.mark.parametrize(
     ("corrupt", "reason"),
     [
@@ -129,17 +167,17 @@ def _name(t):
         (_inf, "contains NaN or Inf"),
         (_shape, "has shape"),
         (_name, "unknown ['backdoor']"),
+        (_half, "dtype torch.float16"),
     ],
 )
 def test_untrusted_updates_are_rejected_and_never_touch_the_model(
     tiny_raw_tables, tmp_path, corrupt, reason, caplog
 ) -> None:
-    train = {**TRAIN, "max_steps": 4}
+    train = {**TRAIN, "max_steps": 4, "flower": {"round_timeout_s": 0.5}}
     paths = write_sites(tiny_raw_tables, tmp_path)
-    flower = {"round_timeout_s": 0.5}
-    spec = {**job(list(paths), train).to_dict(), "flower": flower}
-    attacked = run_federation(
-        LocalGrid(corrupting(client_app, "beta", corrupt), node_configs(paths, tmp_path)), Job.from_dict(spec)
+    spec = job(list(paths), train)
+    attacked, _ = run_flower_federation(
+        LocalGrid(corrupting(client_app, "beta", corrupt), node_configs(paths, tmp_path)), spec
     )
     assert all("beta" in r.rejected and reason in r.rejected["beta"] for r in attacked.model.history)
     assert any("rejected" in m and "beta" in m for m in caplog.messages)
@@ -149,9 +187,19 @@ def test_untrusted_updates_are_rejected_and_never_touch_the_model(
         node_configs(paths, tmp_path / "other"),
         drop=lambda node, m: node == 101 and m.metadata.message_type.startswith("train"),
     )
-    without = run_federation(silent, Job.from_dict(spec))
+    without, _ = run_flower_federation(silent, spec)
     assert all(r.failed.get("beta", "").startswith("no reply") for r in without.model.history)
     assert all(torch.equal(attacked.model.state[k], without.model.state[k]) for k in attacked.model.state)
+
+
+def _strings(value) -> set[str]:
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return {s for k, v in value.items() for s in _strings(k) | _strings(v)}
+    if isinstance(value, list):
+        return {s for v in value for s in _strings(v)}
+    return set()
 
 
 def test_clients_send_only_counts_terms_tensors_sizes_and_metrics(tiny_raw_tables, tmp_path) -> None:
@@ -161,7 +209,9 @@ def test_clients_send_only_counts_terms_tensors_sizes_and_metrics(tiny_raw_table
     grid = LocalGrid(
         client_app, node_configs(paths, tmp_path), on_send=lambda node, msg, reply: sent.append((node, reply))
     )
-    result = run_federation(grid, job(list(paths), {**TRAIN, "validation_fraction": 0.25, "validation_every": 4}))
+    result, _ = run_flower_federation(
+        grid, job(list(paths), {**TRAIN, "validation_fraction": 0.25, "validation_every": 4})
+    )
     texts = {t for table in tiny_raw_tables.values() for t in table["text"]}
     doc_ids = {d for table in tiny_raw_tables.values() for d in table["doc_id"]}
     allowed_records = {"reply", "meta", "arrays"}
@@ -169,23 +219,27 @@ def test_clients_send_only_counts_terms_tensors_sizes_and_metrics(tiny_raw_table
     for _, reply in sent:
         assert not reply.has_error()
         assert set(reply.content) <= allowed_records, set(reply.content)
-        for record in reply.content.config_records.values():
-            for value in record.values():
-                values = value if isinstance(value, list) else [value]
-                strings |= {v for v in values if isinstance(v, str)}
+        for name, record in reply.content.config_records.items():
+            values = decode_config(record) if name == "reply" else dict(record)
+            strings |= _strings(values)
         for record in reply.content.array_records.values():
             assert all(a.numpy().dtype.kind in "fiu" for a in record.values())  # numbers only
     assert not strings & texts and not strings & doc_ids
-    assert all(" " not in s or s.startswith("{") for s in strings)  # single terms, names, or JSON counts
+    assert all(" " not in s for s in strings)  # single terms and names: no sentence
     vocabulary = set(result.vocabulary["term"])
     parameter_names = set(result.model.state)
     layout = {"tensors", "statistics", "row_indices", "float32", "int64"}  # groups and dtypes of packed arrays
     metric_names = {"loss", "kl", "reconstruction", "validation_loss"}
-    other = strings - vocabulary - parameter_names - set(paths) - layout - metric_names - {"gradients", "metrics"}
-    assert all(
-        s.startswith("{") or s.split(".")[0] in {"encoder", "decoder", "bn", "prior"} or s.endswith((".mean", ".var"))
+    keys = {"organisation", "documents", "terms", "counts", "train_rows", "validation_rows"}
+    keys |= {"dropped_no_vocabulary_term_train", "dropped_no_vocabulary_term_test"}
+    other = strings - vocabulary - parameter_names - set(paths) - layout - metric_names - keys
+    other -= {"gradients", "metrics", "kind", "num_examples", "metric_names", "metric_values"}
+    unexplained = {
+        s
         for s in other
-    ), other
+        if not (s.startswith(("layout.", "{")) or s.endswith((".mean", ".var")) or s in {"train", "test"})
+    }
+    assert not unexplained, unexplained
 
 
 class ServerKilled(Exception):
@@ -214,15 +268,16 @@ def test_a_restarted_server_resumes_from_its_checkpoint_without_losing_or_repeat
 ) -> None:
     train = {**TRAIN, "max_steps": 10, "validation_fraction": validation, "validation_every": 3}
     paths = write_sites(tiny_raw_tables, tmp_path)
-    spec = {
-        **job(list(paths), train).to_dict(),
-        "flower": {"checkpoint_every": 3, "checkpoint_dir": str(tmp_path / "ckpt")},
-    }
-    reference = run_federation(LocalGrid(client_app, node_configs(paths, tmp_path / "a")), job(list(paths), train))
+    checkpointed = {**train, "checkpoint_every": 3, "checkpoint_dir": str(tmp_path / "ckpt")}
+    reference, _ = run_flower_federation(
+        LocalGrid(client_app, node_configs(paths, tmp_path / "a")), job(list(paths), train)
+    )
     with pytest.raises(ServerKilled):
-        run_federation(KillingGrid(client_app, node_configs(paths, tmp_path / "b"), at=8), Job.from_dict(spec))
-    saved = list((tmp_path / "ckpt").glob("*.pt"))
-    assert len(saved) == 1 and torch.load(saved[0], weights_only=False)["next_round"] == 6
+        run_flower_federation(
+            KillingGrid(client_app, node_configs(paths, tmp_path / "b"), at=8), job(list(paths), checkpointed)
+        )
+    (saved,) = (tmp_path / "ckpt").glob("*.safetensors")
+    assert persist.load(saved, KIND)["next_round"] == 6
     # a new run (fresh node contexts, as after a restart): rounds 6.. only, nodes replay their streams to round 6
     trained = []
     grid = LocalGrid(
@@ -232,8 +287,17 @@ def test_a_restarted_server_resumes_from_its_checkpoint_without_losing_or_repeat
             trained.append(msg.metadata.message_type) if msg.metadata.message_type.startswith("train") else None
         ),
     )
-    resumed = run_federation(grid, Job.from_dict(spec))
+    resumed, _ = run_flower_federation(grid, job(list(paths), checkpointed))
     assert len(trained) == (10 - 6) * len(paths)  # only the rounds after the checkpoint were run again
     assert [r.round for r in resumed.model.history] == list(range(10))
     assert [r.loss for r in resumed.model.history] == [r.loss for r in reference.model.history]
     assert all(torch.equal(resumed.model.state[k], reference.model.state[k]) for k in reference.model.state)
+
+
+def test_a_bad_job_is_refused_before_any_node_is_asked(tmp_path) -> None:
+    spec = {"organisations": ["a"], "preprocess": PREPROCESS, "vocab_consensus": CONSENSUS, "train": TRAIN}
+    with pytest.raises(ValueError, match="parameter 'train.max_steps' is 2.5"):
+        Job.from_dict({**spec, "train": {**TRAIN, "max_steps": 2.5}})
+    with pytest.raises(RuntimeError, match=r"unknown entries \['flower'\]"):
+        Job.from_dict({**spec, "flower": {}})
+    assert Job.from_dict(json.loads(json.dumps(spec))).to_dict() == spec

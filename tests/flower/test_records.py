@@ -86,3 +86,21 @@ def test_a_message_is_two_records_whatever_it_carries() -> None:
         "float32",
         "int64",
     ]
+
+
+def test_query_payloads_and_answers_round_trip_with_nested_blocks_as_json() -> None:
+    from fedtopic_pipelines.flower.records import decode_config, encode_config
+
+    values = {
+        "train": {"model": {"n_topics": 3}, "scenarios": ["federated"]},
+        "terms": ["alpha", "beta"],
+        "counts": [3, 1],
+        "index": 2,
+        "empty": [],
+        "name": "gamma",
+    }
+    record = encode_config(values)
+    assert set(record) == {"train.json", "terms", "counts", "index", "empty.json", "name"}
+    assert decode_config(record) == values
+    with pytest.raises(MalformedRecord, match="'train.json' is not JSON"):
+        decode_config(ConfigRecord({"train.json": "{not json"}))

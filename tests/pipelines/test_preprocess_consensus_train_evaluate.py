@@ -26,13 +26,15 @@ def _raw(tables):
     return {f"clients.{o}.raw_documents": t for o, t in tables.items()}
 
 
-def test_preprocess_keeps_tokens_inside_and_sends_counts(tiny_raw_tables) -> None:
+def test_preprocess_keeps_tokens_and_term_counts_inside(tiny_raw_tables) -> None:
     out = run_slice(preprocess.create_pipeline(ORGS), {**_raw(tiny_raw_tables), "params:preprocess": PRE})
     tokens = out["clients.alpha.tokens"]
     assert "the" not in " ".join(tokens["tokens"]).split()  # stopword
     assert "1234" not in " ".join(tokens["tokens"]).split()  # number
-    assert set(out["term_counts__alpha"]) <= set(" ".join(tokens["tokens"]).split())
+    assert set(out["clients.alpha.term_counts"]) <= set(" ".join(tokens["tokens"]).split())
     assert out["preprocess_report__alpha"]["documents_in"] == 40
+    crossing = {name for name in out if not name.startswith("clients.")}
+    assert crossing == {f"preprocess_report__{o}" for o in ORGS}  # only the reports leave
 
 
 def test_empty_organisation_after_cleaning_is_named(tiny_raw_tables) -> None:
@@ -44,7 +46,7 @@ def test_empty_organisation_after_cleaning_is_named(tiny_raw_tables) -> None:
 
 def test_intersection_of_disjoint_vocabularies_is_an_error(tiny_raw_tables) -> None:
     counts = run_slice(preprocess.create_pipeline(ORGS), {**_raw(tiny_raw_tables), "params:preprocess": PRE})
-    inputs = {k: v for k, v in counts.items() if k.startswith(("term_counts__", "clients."))}
+    inputs = {k: v for k, v in counts.items() if k.startswith("clients.")}
     with pytest.raises(EmptyVocabularyError, match="intersection"):
         run_slice(
             vocab_consensus.create_pipeline(ORGS),
@@ -69,9 +71,12 @@ def test_full_chain_in_memory(tiny_raw_tables) -> None:
     )
     out = run_slice(pipe, data)
     vocab = out["common_vocabulary"]
-    proposed = {t for o in ORGS for t, n in out[f"term_counts__{o}"].items() if n > VOCAB["min_count"]}
+    proposed = {t for o in ORGS for t in out[f"vocabulary_proposal__{o}"]}
     assert set(vocab["term"]) == proposed  # union of the three (disjoint) proposals
-    assert len(proposed & set(out["term_counts__alpha"])) < len(proposed)
+    assert all(n > VOCAB["min_count"] for o in ORGS for n in out[f"vocabulary_proposal__{o}"].values())
+    assert len(proposed & set(out["clients.alpha.term_counts"])) < len(proposed)
+    (merge,) = [n for n in pipe.nodes if n.name == "merge_vocabulary"]
+    assert set(merge.inputs) == {"params:vocab_consensus", *(f"vocabulary_proposal__{o}" for o in ORGS)}
     assert out["clients.alpha.bow"].matrix.shape[1] == len(vocab)
     report = out["vectorize_report__alpha"]
     assert report["documents"]["train"] + report["documents"]["test"] == len(out["clients.alpha.bow"])

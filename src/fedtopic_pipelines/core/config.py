@@ -1,413 +1,412 @@
-"""Typed configuration for every parameter block.
+"""Typed configuration for every parameter block, validated by pydantic in strict mode.
 
-Kedro parameters (``conf/*/parameters_*.yml``) and, later, Flower's run_config are
-parsed into these dataclasses once, at the edge, so that core functions never see
-raw dictionaries and a misspelt key fails loudly with the parameter's name.
+Kedro parameters (``conf/*/parameters_*.yml``) and the Flower job are parsed into these
+models once, at the edge, so core functions never see raw dictionaries. Strict mode is
+the point: a count must be an integer (not ``2.5``, ``true`` or ``"10"``), a float must be
+finite (no ``.nan`` or ``.inf``), a list must be a list (``scenarios: federated`` is
+refused, not read as ``'f'``), and an unknown key is an error. Every error names the
+parameter by its full dotted path (``train.model.n_topics``) and the value given.
+
+The ``train.model`` block is a discriminated union on ``family``: each model family
+(``core/families/``) has its own config class here, and the registry builds the family
+from it. A block without ``family`` is the default family, ProdLDA.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
 
-T = TypeVar("T")
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+
+T = TypeVar("T", bound="ConfigModel")
 
 
 class ConfigError(ValueError):
     """A parameter is unknown or has an invalid value; the message names it."""
 
 
-def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``allowed``, else raise naming the parameter."""
-    if value not in allowed:
-        raise ConfigError(f"parameter '{name}' is {value!r}; expected one of {list(allowed)}")
+def _tuples(value: Any) -> Any:
+    """YAML gives lists; the models hold tuples (immutable, hashable). Dicts are kept, their values converted."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
     return value
 
 
-def from_mapping(cls: type[T], raw: Mapping[str, Any] | None, where: str) -> T:
-    """Build dataclass ``cls`` from a mapping, rejecting unknown keys.
+class ConfigModel(BaseModel):
+    """Base of every parameter block: strict types, no unknown keys, finite floats, immutable.
 
-    ``where`` is the dotted parameter path used in error messages
-    (for example ``train.model``).
+    Parameters are parsed with :func:`from_mapping`, whose errors name the full dotted path.
+    A model built directly in code (``TrainConfig(device="tpu")``) raises pydantic's own
+    ``ValidationError`` (a ``ValueError``). ``block`` is the block's usual dotted path, for
+    the messages of :meth:`replace`.
     """
-    raw = dict(raw or {})
-    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown parameter(s) {[f'{where}.{k}' for k in unknown]}; known: {sorted(known)}")
-    kwargs: dict[str, Any] = {}
-    for key, value in raw.items():
-        if isinstance(value, list):
-            value = tuple(value)
-        kwargs[key] = value
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
+    block: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lists_as_tuples(cls, data: Any) -> Any:
+        return _tuples(data) if isinstance(data, dict) else data
+
+    def replace(self, **changes: Any) -> Self:
+        """A validated copy with ``changes`` applied (``dataclasses.replace`` for a config)."""
+        try:
+            return type(self).model_validate({**dict(self), **changes})
+        except ValidationError as exc:
+            raise config_error(exc, self.block) from None
+
+    def to_params(self) -> dict[str, Any]:
+        """The block as plain JSON-able parameters (lists, dicts), as a YAML file would hold them."""
+        return self.model_dump(mode="json")
+
+
+def _path(where: str, loc: tuple[Any, ...]) -> str:
+    parts = [where] if where else []
+    previous = None
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        elif previous == "model" and item in FAMILY_TAGS:
+            pass  # the discriminated union's tag, not a parameter
+        else:
+            parts.append(str(item))
+        previous = item
+    return ".".join(parts)
+
+
+def config_error(exc: ValidationError, where: str) -> ConfigError:
+    """One message for every problem pydantic found, each naming the parameter's full path."""
+    lines = []
+    for error in exc.errors():
+        path = _path(where, tuple(error["loc"]))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            lines.append(f"unknown parameter '{path}'")
+        elif kind == "missing":
+            lines.append(f"parameter '{path}' is missing")
+        elif error["loc"] and kind not in ("model_type",):
+            lines.append(f"parameter '{path}' is {error.get('input')!r}: {message}")
+        else:
+            lines.append(f"parameter block '{path}': {message}")
+    return ConfigError("; ".join(lines))
+
+
+def from_mapping(cls: type[T], raw: Mapping[str, Any] | None, where: str) -> T:
+    """Validate the parameter block ``where`` (a dotted path such as ``train``) as ``cls``."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(f"parameter block '{where}' must be a mapping of parameters, got {raw!r}")
     try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid parameter block '{where}': {exc}") from exc
+        return cls.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        raise config_error(exc, where) from None
 
 
-def _check_max_documents(where: str, value: Mapping[str, int | None] | None) -> None:
-    if value is None:
-        return
-    unknown = sorted(set(value) - {"train", "test"})
-    if unknown:
-        raise ConfigError(f"parameter '{where}.max_documents' has unknown split(s) {unknown}; use train / test")
-    for split, cap in value.items():
-        if cap is not None and (not isinstance(cap, int) or cap < 1):
-            raise ConfigError(f"parameter '{where}.max_documents.{split}' must be a positive integer or null")
+# Reusable constrained types ---------------------------------------------------------------
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+Seed = Annotated[int, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]  # a share in [0, 1)
+OpenFraction = Annotated[float, Field(gt=0.0, lt=1.0)]  # a share in (0, 1)
+PositiveFloat = Annotated[float, Field(gt=0.0)]
+NonNegativeFloat = Annotated[float, Field(ge=0.0)]
+Name = Annotated[str, Field(min_length=1)]
+Rules = Annotated[tuple[Name, ...], Field(min_length=1)]
+Split = Literal["train", "test"]
+MaxDocuments = dict[Split, PositiveInt | None] | None
 
 
-@dataclass(frozen=True)
-class IngestDemoConfig:
+# Ingestion ---------------------------------------------------------------------------
+class IngestDemoConfig(ConfigModel):
     """20 Newsgroups: label glob patterns per organisation, optional caps per split."""
 
-    organisations: Mapping[str, Any] = field(default_factory=dict)
-    max_documents: Mapping[str, int | None] | None = None
-    seed: int = 42
+    block: ClassVar[str] = "ingest_demo"
 
-    def __post_init__(self) -> None:
-        for org, patterns in self.organisations.items():
-            if not patterns or not all(isinstance(p, str) for p in patterns):
-                raise ConfigError(f"parameter 'ingest_demo.organisations.{org}' must be a list of label patterns")
-        _check_max_documents("ingest_demo", self.max_documents)
+    organisations: dict[str, Rules] = Field(default_factory=dict)
+    max_documents: MaxDocuments = None
+    seed: Seed = 42
 
 
-@dataclass(frozen=True)
-class IngestTableConfig:
+class IngestTableConfig(ConfigModel):
     """A user's table: which columns hold the text, organisation, label and split."""
 
-    text_column: str = "text"
-    organisation_column: str = "organisation"
-    label_column: str | None = None
-    split_column: str | None = None
-    test_fraction: float = 0.2
-    max_documents: Mapping[str, int | None] | None = None
-    seed: int = 42
+    block: ClassVar[str] = "ingest_table"
 
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.test_fraction < 1.0:
-            raise ConfigError("parameter 'ingest_table.test_fraction' must be in [0, 1)")
-        _check_max_documents("ingest_table", self.max_documents)
+    text_column: Name = "text"
+    organisation_column: Name = "organisation"
+    label_column: Name | None = None
+    split_column: Name | None = None
+    test_fraction: Fraction = 0.2
+    max_documents: MaxDocuments = None
+    seed: Seed = 42
 
 
-MULTI_MATCH_POLICIES = ("first", "all", "drop")
+MultiMatch = Literal["first", "all", "drop"]
+OrganisationRules = Annotated[dict[str, Rules], Field(min_length=1)]
 
 
-def _check_streaming(where: str, test_fraction: float, processes: int | None, cap: int | None, cap_name: str) -> None:
-    if not 0.0 <= test_fraction < 1.0:
-        raise ConfigError(f"parameter '{where}.test_fraction' must be in [0, 1)")
-    if processes is not None and (not isinstance(processes, int) or processes < 1):
-        raise ConfigError(f"parameter '{where}.processes' must be a positive integer or null (all cores)")
-    if cap is not None and (not isinstance(cap, int) or cap < 1):
-        raise ConfigError(f"parameter '{where}.{cap_name}' must be a positive integer or null")
-
-
-def _check_rules(where: str, rules: Mapping[str, Any]) -> None:
-    if not rules:
-        raise ConfigError(f"parameter '{where}.organisations' is empty: give each organisation its rules")
-    for org, patterns in rules.items():
-        if not patterns or isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
-            raise ConfigError(f"parameter '{where}.organisations.{org}' must be a non-empty list of strings")
-
-
-@dataclass(frozen=True)
-class IngestWikipediaConfig:
+class IngestWikipediaConfig(ConfigModel):
     """Wikipedia dumps: category rules per organisation and how the stream is cut into work units.
 
     A rule is a keyword (case-insensitive, matched as a whole word inside a category
     name) or ``re:<regex>`` (case-insensitive ``re.search`` on the category name).
     """
 
-    organisations: Mapping[str, Any] = field(default_factory=dict)
-    multi_match: str = "all"
-    max_articles: int | None = None
-    test_fraction: float = 0.2
-    seed: int = 42
-    processes: int | None = None
-    unit_mib: float = 8.0
+    block: ClassVar[str] = "ingest_wikipedia"
 
-    def __post_init__(self) -> None:
-        _check_rules("ingest_wikipedia", self.organisations)
-        choice("ingest_wikipedia.multi_match", self.multi_match, MULTI_MATCH_POLICIES)
-        _check_streaming("ingest_wikipedia", self.test_fraction, self.processes, self.max_articles, "max_articles")
-        if not isinstance(self.unit_mib, (int, float)) or not self.unit_mib > 0:
-            raise ConfigError("parameter 'ingest_wikipedia.unit_mib' must be a number > 0")
+    organisations: OrganisationRules
+    multi_match: MultiMatch = "all"
+    max_articles: PositiveInt | None = None
+    test_fraction: Fraction = 0.2
+    seed: Seed = 42
+    processes: PositiveInt | None = None
+    unit_mib: PositiveFloat = 8.0
 
 
-@dataclass(frozen=True)
-class IngestS2orcConfig:
+class IngestS2orcConfig(ConfigModel):
     """S2ORC shards: fields of study per organisation and the textual fields joined into a document."""
 
-    organisations: Mapping[str, Any] = field(default_factory=dict)
-    text_fields: tuple[str, ...] = ("title", "abstract", "body_text")
-    multi_match: str = "all"
-    max_documents: int | None = None
-    test_fraction: float = 0.2
-    seed: int = 42
-    processes: int | None = None
-    shard_documents: int = 20000
+    block: ClassVar[str] = "ingest_s2orc"
 
-    def __post_init__(self) -> None:
-        _check_rules("ingest_s2orc", self.organisations)
-        choice("ingest_s2orc.multi_match", self.multi_match, MULTI_MATCH_POLICIES)
-        _check_streaming("ingest_s2orc", self.test_fraction, self.processes, self.max_documents, "max_documents")
-        unknown = sorted(set(self.text_fields) - {"title", "abstract", "body_text"})
-        if not self.text_fields or unknown:
-            raise ConfigError(
-                f"parameter 'ingest_s2orc.text_fields' must list some of title, abstract, body_text; got {unknown}"
-            )
-        if not isinstance(self.shard_documents, int) or self.shard_documents < 1:
-            raise ConfigError("parameter 'ingest_s2orc.shard_documents' must be a positive integer")
+    organisations: OrganisationRules
+    text_fields: Annotated[tuple[Literal["title", "abstract", "body_text"], ...], Field(min_length=1)] = (
+        "title",
+        "abstract",
+        "body_text",
+    )
+    multi_match: MultiMatch = "all"
+    max_documents: PositiveInt | None = None
+    test_fraction: Fraction = 0.2
+    seed: Seed = 42
+    processes: PositiveInt | None = None
+    shard_documents: PositiveInt = 20000
 
 
-@dataclass(frozen=True)
-class PreprocessConfig:
+# Preprocessing and consensus -----------------------------------------------------------
+class PreprocessConfig(ConfigModel):
     """Per-organisation text cleaning (runs inside each organisation)."""
 
-    tokenizer: str = "regexp"
-    min_token_length: int = 3
-    stopwords: str = "sklearn"
-    min_df: int = 2
-    max_df: float = 0.5
+    block: ClassVar[str] = "preprocess"
+
+    tokenizer: Literal["regexp", "wordpunct", "toktok", "whitespace"] = "regexp"
+    min_token_length: PositiveInt = 3
+    stopwords: Literal["sklearn", "gensim", "both", "none"] = "sklearn"
+    min_df: PositiveInt = 2
+    max_df: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     alphabetic_only: bool = True
-    processes: int | None = None
-    chunk_documents: int = 2000
-
-    def __post_init__(self) -> None:
-        choice("preprocess.tokenizer", self.tokenizer, ("regexp", "wordpunct", "toktok", "whitespace"))
-        if self.processes is not None and (not isinstance(self.processes, int) or self.processes < 1):
-            raise ConfigError("parameter 'preprocess.processes' must be a positive integer or null (all cores)")
-        if not isinstance(self.chunk_documents, int) or self.chunk_documents < 1:
-            raise ConfigError("parameter 'preprocess.chunk_documents' must be a positive integer")
-        choice("preprocess.stopwords", self.stopwords, ("sklearn", "gensim", "both", "none"))
-        if self.min_token_length < 1:
-            raise ConfigError("parameter 'preprocess.min_token_length' must be >= 1")
-        if self.min_df < 1:
-            raise ConfigError("parameter 'preprocess.min_df' must be >= 1")
-        if not 0.0 < self.max_df <= 1.0:
-            raise ConfigError("parameter 'preprocess.max_df' must be in (0, 1]")
+    processes: PositiveInt | None = None
+    chunk_documents: PositiveInt = 2000
 
 
-MERGE_RULES = ("union", "intersection")
-
-
-@dataclass(frozen=True)
-class ConsensusConfig:
+class ConsensusConfig(ConfigModel):
     """Vocabulary consensus (seed 003 sec. 3.1.4; seed 001 sec. 3.1)."""
 
-    top_n: int = 2000
-    min_count: int = 5
-    merge: str = "union"
+    block: ClassVar[str] = "vocab_consensus"
 
-    def __post_init__(self) -> None:
-        choice("vocab_consensus.merge", self.merge, MERGE_RULES)
-        if self.top_n < 1:
-            raise ConfigError("parameter 'vocab_consensus.top_n' must be >= 1")
-        if self.min_count < 0:
-            raise ConfigError("parameter 'vocab_consensus.min_count' must be >= 0")
+    top_n: PositiveInt = 2000
+    min_count: NonNegativeInt = 5
+    merge: Literal["union", "intersection"] = "union"
 
 
-@dataclass(frozen=True)
-class ProdLDAConfig:
+# Model families (train.model, discriminated on `family`) ---------------------------------
+class ProdLDAConfig(ConfigModel):
     """ProdLDA hyper-parameters; defaults follow the CTM reference implementation."""
 
-    n_topics: int = 20
-    hidden_sizes: tuple[int, ...] = (100, 100)
-    activation: str = "softplus"
-    dropout: float = 0.2
+    block: ClassVar[str] = "train.model"
+
+    family: Literal["prodlda"] = "prodlda"
+    n_topics: Annotated[int, Field(ge=2)] = 20
+    hidden_sizes: Annotated[tuple[PositiveInt, ...], Field(min_length=1)] = (100, 100)
+    activation: Literal["softplus", "relu"] = "softplus"
+    dropout: Fraction = 0.2
     learn_priors: bool = True
 
-    def __post_init__(self) -> None:
-        choice("train.model.activation", self.activation, ("softplus", "relu"))
-        if self.n_topics < 2:
-            raise ConfigError("parameter 'train.model.n_topics' must be >= 2")
-        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
-            raise ConfigError("parameter 'train.model.hidden_sizes' must be a non-empty list of positive sizes")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("parameter 'train.model.dropout' must be in [0, 1)")
+
+DEFAULT_FAMILY = "prodlda"
+FAMILY_TAGS = ("prodlda",)  # one per family config below; core/families registers the implementations
 
 
-@dataclass(frozen=True)
-class OptimizerConfig:
+def _family_of(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        return value.get("family", DEFAULT_FAMILY)
+    return getattr(value, "family", None)
+
+
+ModelConfig = Annotated[Annotated[ProdLDAConfig, Tag("prodlda")], Discriminator(_family_of)]
+
+
+# Training -----------------------------------------------------------------------------
+Unit = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+class OptimizerConfig(ConfigModel):
     """Server-side optimizer applied to the aggregated gradient (eq. 3, with Adam)."""
 
-    name: str = "adam"
-    lr: float = 2e-3
-    betas: tuple[float, float] = (0.99, 0.999)
+    block: ClassVar[str] = "train.optimizer"
 
-    def __post_init__(self) -> None:
-        choice("train.optimizer.name", self.name, ("adam", "sgd"))
-        if self.lr <= 0:
-            raise ConfigError("parameter 'train.optimizer.lr' must be > 0")
+    name: Literal["adam", "sgd"] = "adam"
+    lr: PositiveFloat = 2e-3
+    betas: tuple[Unit, Unit] = (0.99, 0.999)
 
 
-SCENARIOS = ("federated", "centralized", "non_collaborative")
-MODELS = ("prodlda",)
+class FlowerConfig(ConfigModel):
+    """How the Flower engine reaches the organisations' nodes (``train.flower``).
 
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Scenarios, stopping rules and engine settings shared by all scenarios.
-
-    A run stops after ``max_steps`` optimizer steps, or ``max_epochs`` epochs of the
-    scenario's data (one epoch = the largest organisation's training documents / batch
-    size steps), whichever one is set. With ``validation_fraction`` > 0 each organisation
-    holds out that share of its training documents (gFedNTM: 0.25); the model is then
-    validated every ``validation_every`` steps (null: once per epoch), training stops after
-    ``patience`` validations without improvement, and the best weights are kept.
+    ``federation_dir`` is where ``make federation-up`` keeps the federation's state;
+    ``run_timeout_s`` bounds the whole run; ``round_timeout_s`` ends a round without the
+    nodes that have not answered (their weight is left out of eq. 2); ``stage_timeout_s``
+    bounds the vocabulary and preparation stages, which run each organisation's
+    preprocessing; ``poll_s`` is how often replies are pulled.
     """
 
-    scenarios: tuple[str, ...] = SCENARIOS
-    model_name: str = "prodlda"
-    model: ProdLDAConfig = field(default_factory=ProdLDAConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    batch_size: int = 64
-    max_steps: int | None = 1000
-    max_epochs: int | None = None
-    tolerance: float = 0.0
-    validation_fraction: float = 0.0
-    patience: int = 5
-    validation_every: int | None = None
-    seed: int = 42
-    device: str = "auto"
+    block: ClassVar[str] = "train.flower"
 
-    def __post_init__(self) -> None:
-        if not self.scenarios:
-            raise ConfigError(f"parameter 'train.scenarios' is empty; choose from {list(SCENARIOS)}")
-        for scenario in self.scenarios:
-            choice("train.scenarios", scenario, SCENARIOS)
-        choice("train.model_name", self.model_name, MODELS)
-        choice("train.device", self.device, ("auto", "cpu", "cuda"))
-        if self.batch_size < 2:
-            raise ConfigError("parameter 'train.batch_size' must be >= 2 (BatchNorm needs two documents)")
+    federation_dir: Name = ".federation"
+    run_timeout_s: PositiveFloat = 3600.0
+    round_timeout_s: PositiveFloat = 120.0
+    stage_timeout_s: PositiveFloat = 1800.0
+    connect_timeout_s: PositiveFloat = 120.0
+    poll_s: PositiveFloat = 0.01
+
+
+Scenario = Literal["federated", "centralized", "non_collaborative"]
+SCENARIOS: tuple[Scenario, ...] = ("federated", "centralized", "non_collaborative")
+
+
+class TrainConfig(ConfigModel):
+    """The ``train`` block: scenarios, model family, stopping rules, checkpoints, engine.
+
+    A run stops after ``max_steps`` rounds, or ``max_epochs`` epochs of the scenario's data
+    (one epoch = the largest organisation's training documents / batch size rounds),
+    whichever one is set. With ``validation_fraction`` > 0 each organisation holds out that
+    share of its training documents (gFedNTM: 0.25); the model is then validated every
+    ``validation_every`` rounds (null: once per epoch), training stops after ``patience``
+    validations without improvement, and the best weights are kept. With
+    ``checkpoint_every`` > 0 the server's state is written to ``checkpoint_dir`` every that
+    many rounds, on either engine, and a restarted run resumes from it.
+
+    ``mlflow_every`` (log every N-th round's loss to MLflow) and ``engine`` (in process or
+    on a running Flower federation, ``flower``) say how the Kedro node hosts the run; the
+    training itself does not read them.
+    """
+
+    block: ClassVar[str] = "train"
+
+    scenarios: Annotated[tuple[Scenario, ...], Field(min_length=1)] = SCENARIOS
+    model: ModelConfig = Field(default_factory=ProdLDAConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    batch_size: Annotated[int, Field(ge=2)] = 64
+    max_steps: PositiveInt | None = 1000
+    max_epochs: PositiveInt | None = None
+    tolerance: NonNegativeFloat = 0.0
+    validation_fraction: Fraction = 0.0
+    patience: PositiveInt = 5
+    validation_every: PositiveInt | None = None
+    checkpoint_every: NonNegativeInt = 0
+    checkpoint_dir: Name | None = None
+    seed: Seed = 42
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    mlflow_every: PositiveInt = 10
+    engine: Literal["in_process", "flower"] = "in_process"
+    flower: FlowerConfig = Field(default_factory=FlowerConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
         if (self.max_steps is None) == (self.max_epochs is None):
-            raise ConfigError(
+            raise ValueError(
                 "set exactly one of 'train.max_steps' and 'train.max_epochs' (the other to null); "
                 f"got max_steps={self.max_steps}, max_epochs={self.max_epochs}"
             )
-        for name in ("max_steps", "max_epochs", "validation_every"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"parameter 'train.{name}' must be >= 1 (or null)")
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise ConfigError("parameter 'train.validation_fraction' must be in [0, 1) (0: no early stopping)")
-        if self.patience < 1:
-            raise ConfigError("parameter 'train.patience' must be >= 1")
-        if self.tolerance < 0:
-            raise ConfigError("parameter 'train.tolerance' must be >= 0")
+        if len(set(self.scenarios)) != len(self.scenarios):
+            raise ValueError(f"'train.scenarios' repeats a scenario: {list(self.scenarios)}")
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ValueError("'train.checkpoint_every' > 0 needs 'train.checkpoint_dir'")
+        return self
 
     @classmethod
-    def from_params(cls, raw: Mapping[str, Any]) -> TrainConfig:
-        """Parse the ``train`` parameter block, including its nested blocks."""
-        raw = dict(raw)
-        model = from_mapping(ProdLDAConfig, raw.pop("model", None), "train.model")
-        optimizer = from_mapping(OptimizerConfig, raw.pop("optimizer", None), "train.optimizer")
-        base = from_mapping(cls, raw, "train")
-        return dataclasses.replace(base, model=model, optimizer=optimizer)
+    def from_params(cls, raw: Mapping[str, Any] | None) -> TrainConfig:
+        """Parse the ``train`` parameter block."""
+        return from_mapping(cls, raw, "train")
+
+    def training_key(self) -> dict[str, Any]:
+        """What the trained model depends on: the block without how the run is hosted or logged
+        (engine, Flower timeouts, MLflow thinning, checkpoint place), for checkpoint identity."""
+        return self.model_dump(mode="json", exclude={"engine", "flower", "mlflow_every", "checkpoint_dir"})
 
 
-@dataclass(frozen=True)
-class FlowerConfig:
-    """How the ServerApp talks to the organisations' nodes (``train.flower``).
-
-    ``round_timeout_s`` ends a round without the nodes that have not answered (their
-    weight is left out of eq. 2); ``stage_timeout_s`` bounds the vocabulary and
-    preprocessing stages, which run each organisation's preprocessing; ``poll_s`` is how
-    often replies are pulled; ``checkpoint_every`` rounds the server state is written to
-    ``checkpoint_dir`` and a restarted run resumes from it (0: no checkpoints).
-    """
-
-    round_timeout_s: float = 120.0
-    stage_timeout_s: float = 1800.0
-    connect_timeout_s: float = 120.0
-    poll_s: float = 0.01
-    checkpoint_every: int = 0
-    checkpoint_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("round_timeout_s", "stage_timeout_s", "connect_timeout_s", "poll_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"parameter 'train.flower.{name}' must be > 0")
-        if self.checkpoint_every < 0:
-            raise ConfigError("parameter 'train.flower.checkpoint_every' must be >= 0 (0: no checkpoints)")
-        if self.checkpoint_every and not self.checkpoint_dir:
-            raise ConfigError("parameter 'train.flower.checkpoint_every' needs 'train.flower.checkpoint_dir'")
-
-
-@dataclass(frozen=True)
-class EvaluateConfig:
+# Evaluation ---------------------------------------------------------------------------
+class EvaluateConfig(ConfigModel):
     """Evaluation settings (coherence, diversity, classification)."""
 
-    top_words: int = 10
-    diversity_top_words: int = 25
-    coherence_measures: tuple[str, ...] = ("c_npmi", "c_v")
-    svm_test_size: float = 0.2
-    svm_c: float = 1.0
-    seed: int = 42
+    block: ClassVar[str] = "evaluate"
 
-    def __post_init__(self) -> None:
-        for measure in self.coherence_measures:
-            choice("evaluate.coherence_measures", measure, ("c_npmi", "c_v", "u_mass", "c_uci"))
-        if not 0.0 < self.svm_test_size < 1.0:
-            raise ConfigError("parameter 'evaluate.svm_test_size' must be in (0, 1)")
-        if self.top_words < 2:
-            raise ConfigError("parameter 'evaluate.top_words' must be >= 2")
+    top_words: Annotated[int, Field(ge=2)] = 10
+    diversity_top_words: PositiveInt = 25
+    coherence_measures: Annotated[tuple[Literal["c_npmi", "c_v", "u_mass", "c_uci"], ...], Field(min_length=1)] = (
+        "c_npmi",
+        "c_v",
+    )
+    svm_test_size: OpenFraction = 0.2
+    svm_c: PositiveFloat = 1.0
+    seed: Seed = 42
 
 
-@dataclass(frozen=True)
-class SyntheticGeneratorConfig:
+# The synthetic experiment -----------------------------------------------------------------
+class SyntheticGeneratorConfig(ConfigModel):
     """LDA generator of gFedNTM sec. 4.1.1 (defaults: the paper's; see docs/synthetic.md).
 
-    ``alpha`` null means the paper's 50 / K. ``inactive_ratio`` is the Dirichlet weight of
-    the topics an organisation does not hold, relative to ``alpha``: 0 (paper) means
-    they never occur in its documents; the authors' code used 1e-4 with alpha 0.1.
+    ``alpha`` null means the paper's 50 / K (:attr:`document_prior`). ``inactive_ratio`` is
+    the Dirichlet weight of the topics an organisation does not hold, relative to alpha: 0
+    (paper) means they never occur in its documents; the authors' code used 1e-4 with alpha 0.1.
     """
 
-    n_organisations: int = 5
-    vocab_size: int = 5000
-    n_topics: int = 50
-    n_shared: int = 10
-    eta: float = 0.01
-    alpha: float | None = None
-    inactive_ratio: float = 0.0
-    doc_length: tuple[int, int] = (150, 250)
-    n_train: int = 10000
-    n_validation: int = 1000
-    seed: int = 42
+    block: ClassVar[str] = "synthetic.generator"
 
-    def __post_init__(self) -> None:
+    n_organisations: PositiveInt = 5
+    vocab_size: PositiveInt = 5000
+    n_topics: PositiveInt = 50
+    n_shared: NonNegativeInt = 10
+    eta: PositiveFloat = 0.01
+    alpha: PositiveFloat | None = None
+    inactive_ratio: NonNegativeFloat = 0.0
+    doc_length: tuple[PositiveInt, PositiveInt] = (150, 250)
+    n_train: Annotated[int, Field(ge=8)] = 10000
+    n_validation: Annotated[int, Field(ge=2)] = 1000
+    seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
         where = "synthetic.generator"
-        for name in ("n_organisations", "vocab_size", "n_topics"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"parameter '{where}.{name}' must be >= 1")
-        if not 0 <= self.n_shared <= self.n_topics:
-            raise ConfigError(
-                f"parameter '{where}.n_shared' (K' = {self.n_shared}) must be between 0 and "
+        if self.n_shared > self.n_topics:
+            raise ValueError(
+                f"'{where}.n_shared' (K' = {self.n_shared}) must be between 0 and "
                 f"'{where}.n_topics' (K = {self.n_topics})"
             )
         if (self.n_topics - self.n_shared) % self.n_organisations:
-            raise ConfigError(
-                f"parameter '{where}.n_shared': K - K' = {self.n_topics - self.n_shared} private topics cannot be "
+            raise ValueError(
+                f"'{where}.n_shared': K - K' = {self.n_topics - self.n_shared} private topics cannot be "
                 f"split evenly over '{where}.n_organisations' = {self.n_organisations}"
             )
-        if not self.eta > 0:
-            raise ConfigError(f"parameter '{where}.eta' must be > 0, got {self.eta}")
-        if self.alpha is None:
-            object.__setattr__(self, "alpha", 50.0 / self.n_topics)
-        elif not self.alpha > 0:
-            raise ConfigError(f"parameter '{where}.alpha' must be > 0 (or null for 50 / K), got {self.alpha}")
-        if not self.inactive_ratio >= 0:
-            raise ConfigError(f"parameter '{where}.inactive_ratio' must be >= 0, got {self.inactive_ratio}")
-        if len(self.doc_length) != 2 or not 1 <= self.doc_length[0] <= self.doc_length[1]:
-            raise ConfigError(f"parameter '{where}.doc_length' must be [min, max] with 1 <= min <= max")
-        if self.n_train < 8:
-            raise ConfigError(f"parameter '{where}.n_train' must be >= 8 (a 75:25 split with 2+ documents each side)")
-        if self.n_validation < 2:
-            raise ConfigError(f"parameter '{where}.n_validation' must be >= 2")
+        if self.doc_length[0] > self.doc_length[1]:
+            raise ValueError(f"'{where}.doc_length' must be [min, max] with 1 <= min <= max")
+        return self
+
+    @property
+    def document_prior(self) -> float:
+        """alpha, or the paper's 50 / K when it is null."""
+        return 50.0 / self.n_topics if self.alpha is None else self.alpha
 
     @property
     def n_private(self) -> int:
@@ -415,29 +414,27 @@ class SyntheticGeneratorConfig:
         return (self.n_topics - self.n_shared) // self.n_organisations
 
 
-SWEEP_PARAMETERS = ("n_shared", "eta")
+class IngestSyntheticConfig(ConfigModel):
+    """``corpus: synthetic``: the generator that writes the organisations."""
+
+    block: ClassVar[str] = "ingest_synthetic"
+
+    generator: SyntheticGeneratorConfig = Field(default_factory=SyntheticGeneratorConfig)
 
 
-@dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(ConfigModel):
     """One sweep of Fig. 3: a generator parameter, its values and the repetitions per value."""
 
-    name: str = "A"
-    parameter: str = "n_shared"
-    values: tuple[float, ...] = (5, 10, 15, 30, 40)
-    repetitions: int = 10
-    scenarios: tuple[str, ...] | None = None  # null: train.scenarios
+    block: ClassVar[str] = "synthetic.sweeps"
 
-    def __post_init__(self) -> None:
-        where = f"synthetic.sweeps.{self.name}"
-        for scenario in self.scenarios or ():
-            choice(f"{where}.scenarios", scenario, SCENARIOS)
-        if self.scenarios is not None and not self.scenarios:
-            raise ConfigError(f"parameter '{where}.scenarios' is empty; omit it to use 'synthetic.train.scenarios'")
-        choice(f"{where}.parameter", self.parameter, SWEEP_PARAMETERS)
-        if not self.values:
-            raise ConfigError(f"parameter '{where}.values' is empty: give at least one value to sweep")
+    name: Name = "A"
+    parameter: Literal["n_shared", "eta"] = "n_shared"
+    values: Annotated[tuple[int | float, ...], Field(min_length=1)] = (5, 10, 15, 30, 40)  # ints stay ints
+    repetitions: PositiveInt = 10
+    scenarios: Annotated[tuple[Scenario, ...], Field(min_length=1)] | None = None  # null: train.scenarios
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
         if len(set(self.values)) != len(self.values):
-            raise ConfigError(f"parameter '{where}.values' repeats a value: {list(self.values)}")
-        if self.repetitions < 1:
-            raise ConfigError("parameter 'synthetic.repetitions' must be >= 1")
+            raise ValueError(f"'synthetic.sweeps.{self.name}.values' repeats a value: {list(self.values)}")
+        return self

@@ -86,8 +86,8 @@ def document_prior(config: SyntheticGeneratorConfig, active: np.ndarray) -> np.n
     ``alpha`` on the active topics; ``alpha * inactive_ratio`` elsewhere (0 means the
     organisation's documents never use another organisation's private topics).
     """
-    prior = np.full(config.n_topics, config.alpha * config.inactive_ratio)
-    prior[active] = config.alpha
+    prior = np.full(config.n_topics, config.document_prior * config.inactive_ratio)
+    prior[active] = config.document_prior
     return prior
 
 

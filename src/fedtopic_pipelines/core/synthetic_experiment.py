@@ -15,29 +15,35 @@ values are kept beside it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
+from pydantic import Field
 
 from fedtopic_pipelines.core.config import (
     ConfigError,
+    ConfigModel,
     ConsensusConfig,
+    NonNegativeInt,
+    PositiveInt,
+    Seed,
     SweepConfig,
     SyntheticGeneratorConfig,
     TrainConfig,
     from_mapping,
 )
 from fedtopic_pipelines.core.federated.batching import derive_seed
+from fedtopic_pipelines.core.federated.site import resolve_device
 from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss, tss_baseline
+from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.synthetic import SyntheticCorpus, generate
-from fedtopic_pipelines.core.training import TrainedModel, resolve_device, train_scenarios
+from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import build_vocabulary
 
 logger = logging.getLogger(__name__)
@@ -45,37 +51,23 @@ logger = logging.getLogger(__name__)
 INFERENCE_CHUNK = 2048
 
 
-@dataclass(frozen=True)
-class SyntheticExperimentConfig:
+class SyntheticExperimentConfig(ConfigModel):
     """The ``synthetic`` parameter block: generator, consensus, training, scoring, sweep."""
 
-    generator: SyntheticGeneratorConfig = field(default_factory=SyntheticGeneratorConfig)
-    consensus: ConsensusConfig = field(default_factory=lambda: ConsensusConfig(top_n=5000, min_count=0))
-    train: TrainConfig = field(default_factory=TrainConfig)
-    sweep: SweepConfig = field(default_factory=SweepConfig)
-    inference_samples: int = 20
-    baseline_draws: int = 10
-    seed: int = 42
-
-    def __post_init__(self) -> None:
-        if self.inference_samples < 0:
-            raise ConfigError("parameter 'synthetic.inference_samples' must be >= 0 (0: posterior mean)")
-        if self.baseline_draws < 1:
-            raise ConfigError("parameter 'synthetic.baseline_draws' must be >= 1")
+    generator: SyntheticGeneratorConfig = Field(default_factory=SyntheticGeneratorConfig)
+    consensus: ConsensusConfig = Field(default_factory=lambda: ConsensusConfig(top_n=5000, min_count=0))
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+    inference_samples: NonNegativeInt = 20
+    baseline_draws: PositiveInt = 10
+    seed: Seed = 42
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any]) -> SyntheticExperimentConfig:
         """Parse the ``synthetic`` block; every sweep value is checked against the generator."""
         raw = dict(raw)
-        generator = from_mapping(SyntheticGeneratorConfig, raw.pop("generator", None), "synthetic.generator")
-        consensus = from_mapping(ConsensusConfig, raw.pop("consensus", None), "synthetic.consensus")
-        try:
-            train = TrainConfig.from_params(raw.pop("train", {}))
-        except ConfigError as exc:  # its messages say 'train.x'; here the block is 'synthetic.train'
-            raise ConfigError(f"in block 'synthetic.train': {exc}") from exc
         sweep = parse_sweep(raw.pop("sweep", "A"), raw.pop("sweeps", None), raw.pop("repetitions", 10))
-        base = from_mapping(cls, raw, "synthetic")
-        config = dataclasses.replace(base, generator=generator, consensus=consensus, train=train, sweep=sweep)
+        config = from_mapping(cls, {**raw, "sweep": sweep}, "synthetic")
         for point in config.points():  # fail before any training, naming the sweep value
             point.generator_config(config)
         return config
@@ -96,12 +88,15 @@ def parse_sweep(name: Any, sweeps: Mapping[str, Any] | None, repetitions: Any) -
         raise ConfigError("parameter 'synthetic.sweeps' is empty: define at least one sweep")
     if name not in sweeps:
         raise ConfigError(f"parameter 'synthetic.sweep' is {name!r}; expected one of {sorted(sweeps)}")
-    block = dict(sweeps[name] or {})
+    if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
+        raise ConfigError(f"parameter 'synthetic.repetitions' must be an integer >= 1, got {repetitions!r}")
+    block = sweeps[name]
+    if block is not None and not isinstance(block, Mapping):
+        raise ConfigError(f"parameter block 'synthetic.sweeps.{name}' must be a mapping, got {block!r}")
+    block = dict(block or {})
     if "name" in block or "repetitions" in block:
         raise ConfigError(f"parameter 'synthetic.sweeps.{name}' takes only 'parameter', 'values' and 'scenarios'")
     block.update(name=str(name), repetitions=repetitions)
-    if not isinstance(repetitions, int):
-        raise ConfigError(f"parameter 'synthetic.repetitions' must be an integer, got {repetitions!r}")
     return from_mapping(SweepConfig, block, f"synthetic.sweeps.{name}")
 
 
@@ -121,8 +116,9 @@ class SweepPoint:
         value: float | int = int(self.value) if self.parameter == "n_shared" else float(self.value)
         if self.parameter == "n_shared" and value != self.value:
             raise ConfigError(f"parameter 'synthetic.sweeps.*.values' has a non-integer K' = {self.value}")
+        changes = {**dict(config.generator), self.parameter: value, "seed": self.seed(config)}
         try:
-            return dataclasses.replace(config.generator, **{self.parameter: value, "seed": self.seed(config)})
+            return from_mapping(SyntheticGeneratorConfig, changes, "synthetic.generator")
         except ConfigError as exc:
             raise ConfigError(f"sweep value {self.parameter} = {self.value} is invalid: {exc}") from exc
 
@@ -178,9 +174,7 @@ def run_point(config: SyntheticExperimentConfig, point: SweepPoint, progress: bo
     corpus = generate(generator_config)
     timings["generate_s"] = time.perf_counter() - start
     vocabulary, train, validation = consensus_matrices(corpus, config.consensus)
-    train_config = dataclasses.replace(
-        config.train, seed=seed, scenarios=config.sweep.scenarios or config.train.scenarios
-    )
+    train_config = config.train.replace(seed=seed, scenarios=config.sweep.scenarios or config.train.scenarios)
     start = time.perf_counter()
     models = train_scenarios(train, train_config, progress=progress)
     timings["train_s"] = time.perf_counter() - start
@@ -218,7 +212,7 @@ def run_point(config: SyntheticExperimentConfig, point: SweepPoint, progress: bo
         "seed": seed,
         "n_shared": generator_config.n_shared,
         "eta": generator_config.eta,
-        "alpha": generator_config.alpha,
+        "alpha": generator_config.document_prior,
         "n_validation_documents": theta_true.shape[0],
         "vocabulary_size": len(vocabulary),
         "tss_baseline": baseline_mean,

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from fedtopic_pipelines.flower.deployment import LocalFederation, exit_on_sigterm
-from fedtopic_pipelines.flower.federation import Job
+from fedtopic_pipelines.flower.federation import Job, load_result
 
 logger = logging.getLogger("fedtopic_pipelines.flower.cli")
 
@@ -95,30 +95,26 @@ def down(_: argparse.Namespace) -> None:
 
 def demo_job(params: dict[str, Any], rounds: int) -> Job:
     """The project's parameters as a Flower job: the federated scenario for ``rounds`` rounds."""
-    from fedtopic_pipelines.pipelines.train.nodes import core_train_block, parse_train_params
+    from fedtopic_pipelines.core.parameters import validate_parameters
 
-    settings = parse_train_params(params["train"])  # checks the block as `kedro run` does
-    train = {**core_train_block(params["train"]), "scenarios": ["federated"], "max_steps": rounds, "max_epochs": None}
+    project = validate_parameters(params)  # checks every block as `kedro run` does
+    train = project.train.replace(scenarios=("federated",), max_steps=rounds, max_epochs=None)
     organisations = list(params["organisations"])
-    return Job(organisations, params["preprocess"], params["vocab_consensus"], train, settings.flower)
+    return Job(organisations, project.preprocess.to_params(), project.consensus.to_params(), train.to_params())
 
 
-def in_process_matrices(job: Job, data: dict[str, Path]) -> dict[str, Any]:
-    """Each organisation's training matrix as the in-process pipeline builds it from the same raw shards."""
-    from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, from_mapping
-    from fedtopic_pipelines.core.ingest.common import ShardedTable
-    from fedtopic_pipelines.core.text.preprocess import preprocess_shards
-    from fedtopic_pipelines.core.vocab.consensus import build_vocabulary, vectorize_frames
+def in_process_matrices(job: Job, data: dict[str, Path]) -> tuple[Any, dict[str, Any]]:
+    """The common vocabulary and each organisation's training matrix, built from the same raw
+    shards by the same site steps the pipelines and the nodes run."""
+    from fedtopic_pipelines.core.federated.site import read_raw, run_sites
 
-    preprocess = from_mapping(PreprocessConfig, job.preprocess, "preprocess")
-    results = {org: preprocess_shards(ShardedTable.from_directory(data[org]), preprocess) for org in job.organisations}
-    consensus = from_mapping(ConsensusConfig, job.vocab_consensus, "vocab_consensus")
-    terms = build_vocabulary({o: r.term_counts for o, r in results.items()}, consensus)["term"].tolist()
-    return {o: vectorize_frames(r.tokens.frames(), terms)[0].subset("train").matrix for o, r in results.items()}
+    preprocess, consensus, _ = job.configs()
+    vocabulary, bows = run_sites({org: read_raw(data[org]) for org in job.organisations}, preprocess, consensus)
+    return vocabulary, {org: bow.subset("train").matrix for org, bow in bows.items()}
 
 
 def in_process_training(
-    job: Job, matrices: dict[str, Any], threads: int | None = None
+    job: Job, vocabulary: Any, matrices: dict[str, Any], threads: int | None = None
 ) -> tuple[dict[str, torch.Tensor], float]:
     """The job's federated scenario on the in-process engine: its parameters and the seconds per round.
 
@@ -127,14 +123,14 @@ def in_process_training(
     product are ordered differently, and Adam's normalised steps turn those last-bit
     differences into differences of the order of the learning rate.
     """
-    from fedtopic_pipelines.core.config import TrainConfig
     from fedtopic_pipelines.core.training import train_scenarios
 
+    _, _, config = job.configs()
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
         started = time.perf_counter()
-        model = train_scenarios(matrices, TrainConfig.from_params(job.train))["federated"]
+        model = train_scenarios(matrices, config, progress=False, vocabulary=vocabulary)["federated"]
         seconds = (time.perf_counter() - started) / max(1, len(model.history))
     finally:
         torch.set_num_threads(before)
@@ -154,11 +150,11 @@ def demo(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - started
     finally:
         federation.stop()
-    model = torch.load(work / "out" / "model.pt", weights_only=False)
-    run = json.loads((work / "out" / "run.json").read_text())
-    matrices = in_process_matrices(job, organisation_data(job.organisations))
-    expected, _ = in_process_training(job, matrices, threads=federation.node_threads())  # the nodes' arithmetic
-    _, in_process_round_s = in_process_training(job, matrices)  # the in-process engine as `kedro run` runs it
+    _, model, run = load_result(work / "out")
+    vocabulary, matrices = in_process_matrices(job, organisation_data(job.organisations))
+    # the nodes' arithmetic, then the in-process engine as `kedro run` runs it
+    expected, _ = in_process_training(job, vocabulary, matrices, threads=federation.node_threads())
+    _, in_process_round_s = in_process_training(job, vocabulary, matrices)
     difference = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
     latencies = run["latencies_s"]
     report = {

@@ -18,12 +18,20 @@ import logging
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
+from typing import Any
 
-from flwr.app import Message
+from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
+from fedtopic_pipelines.core.federated.engine import FederationError
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Replies, Update
-from fedtopic_pipelines.flower.records import MalformedRecord, instruction_to_record, record_to_update
+from fedtopic_pipelines.flower.records import (
+    MalformedRecord,
+    decode_config,
+    encode_config,
+    instruction_to_record,
+    record_to_update,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,16 +87,53 @@ def exchange(
 
 
 class GridEngine:
-    """Synchronous fan-out over a Flower ``Grid`` to the nodes of ``organisations`` (node id -> name)."""
+    """Synchronous fan-out over a Flower ``Grid`` to the nodes of ``organisations`` (node id -> name).
 
-    def __init__(self, grid: Grid, organisations: Mapping[int, str], timeout_s: float, poll_s: float = 0.01) -> None:
+    ``query`` carries a stage before training (``query.<action>`` messages); a node that does
+    not answer it, or answers with an error, stops the federation naming the organisation.
+    ``broadcast`` carries a round; a node that fails it is left out of that round.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        organisations: Mapping[int, str],
+        timeout_s: float,
+        poll_s: float = 0.01,
+        stage_timeout_s: float = 1800.0,
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"the round timeout must be > 0 s, got {timeout_s}")
         self.grid = grid
         self.organisations = dict(organisations)
         self.timeout_s = timeout_s
         self.poll_s = poll_s
+        self.stage_timeout_s = stage_timeout_s
         self.latencies: list[float] = []
+
+    def query(self, action: str, payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        nodes = {node: org for node, org in self.organisations.items() if org in payloads}
+        messages = [
+            Message(
+                content=RecordDict({"payload": encode_config(dict(payloads[org]))}),
+                dst_node_id=node,
+                message_type=f"query.{action}",
+            )
+            for node, org in nodes.items()
+        ]
+        replies, missing = exchange(self.grid, messages, self.stage_timeout_s, self.poll_s)
+        answers: dict[str, dict[str, Any]] = {}
+        for node, org in nodes.items():
+            reply = replies.get(node)
+            if reply is None:
+                raise FederationError(f"stage '{action}': node {node} ({org}) failed: {missing.get(node)}")
+            if reply.has_error():
+                raise FederationError(f"stage '{action}': node {node} ({org}) failed: {reply.error.reason}")
+            try:
+                answers[org] = decode_config(reply.content.config_records.get("reply"))
+            except MalformedRecord as exc:
+                raise FederationError(f"stage '{action}': node {node} ({org}) sent a malformed reply: {exc}") from None
+        return answers
 
     def broadcast(self, instruction: Instruction) -> Replies:
         start = time.perf_counter()

@@ -1,44 +1,41 @@
-"""What the ServerApp does, on any ``Grid``: find the organisations, agree on a vocabulary, train.
+"""What the ServerApp does, on any ``Grid``: find the organisations' nodes, then run the core federation.
 
-1. ``query.hello``: every node names its organisation (from its ``node_config``).
-2. ``query.vocabulary``: every node preprocesses its own documents and proposes its top-N
-   terms with their counts; the server merges them (``merge_vocabularies``).
-3. ``query.prepare``: every node vectorises its documents against the common vocabulary
-   and reports how many training documents it has.
-4. Training rounds: the same :class:`FederatedServer` and :class:`FedSGD` strategy as the
-   in-process engine, with a :class:`GridEngine` carrying the messages.
+1. ``query.hello``: every node names its organisation (from its ``node_config``); the
+   nodes are put in the job's organisation order, which fixes their seeds exactly as in
+   process.
+2. :func:`~fedtopic_pipelines.core.federated.federation.run_federation`, the same entry
+   point the Kedro train node uses, over a :class:`GridEngine`: the vocabulary stage (each
+   node sends only its top-N proposal), the prepare stage, and the rounds with checkpoints.
 
-The job (parameters, organisations in order, where to write) comes from one JSON file;
-the organisations' order fixes their seeds, exactly as in ``train_scenarios``.
+The job (the parameter blocks and the organisations in order) comes from one JSON file;
+the result is written where the submitter reads it (:func:`save_result`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedtopic_pipelines.core.config import ConsensusConfig, FlowerConfig, TrainConfig, from_mapping
-from fedtopic_pipelines.core.federated.server import FederatedServer
-from fedtopic_pipelines.core.federated.strategies import FedSGD
-from fedtopic_pipelines.core.training import TrainedModel, federated_stopping, new_global_model, resolve_device
-from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
+from fedtopic_pipelines.core.config import ConsensusConfig, FlowerConfig, PreprocessConfig, TrainConfig, from_mapping
+from fedtopic_pipelines.core.federated.engine import FederationError
+from fedtopic_pipelines.core.federated.federation import FederationResult, run_federation
+from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.flower.engine import GridEngine, exchange
+from fedtopic_pipelines.flower.records import decode_config
 
 logger = logging.getLogger(__name__)
 
+MODEL_FILE, VOCABULARY_FILE, RUN_FILE = "model.safetensors", "vocabulary.parquet", "run.json"
 
-class FederationError(RuntimeError):
-    """The federation cannot go on; the message names the organisation or node and the stage."""
+__all__ = ["FederationError", "Job", "load_result", "run_flower_federation", "save_result"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,6 @@ class Job:
     preprocess: dict[str, Any]
     vocab_consensus: dict[str, Any]
     train: dict[str, Any]
-    flower: FlowerConfig = field(default_factory=FlowerConfig)
 
     @classmethod
     def from_file(cls, path: Path) -> Job:
@@ -57,8 +53,12 @@ class Job:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Job:
-        flower = from_mapping(FlowerConfig, raw.get("flower"), "train.flower")
-        return cls(raw["organisations"], raw["preprocess"], raw["vocab_consensus"], raw["train"], flower)
+        unknown = sorted(set(raw) - {"organisations", "preprocess", "vocab_consensus", "train"})
+        if unknown:
+            raise FederationError(f"the job has unknown entries {unknown}")
+        job = cls(list(raw["organisations"]), dict(raw["preprocess"]), dict(raw["vocab_consensus"]), dict(raw["train"]))
+        job.configs()  # refuse a bad job before any node is asked anything
+        return job
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,21 +66,15 @@ class Job:
             "preprocess": self.preprocess,
             "vocab_consensus": self.vocab_consensus,
             "train": self.train,
-            "flower": asdict(self.flower),
         }
 
-
-@dataclass
-class FederationResult:
-    vocabulary: pd.DataFrame
-    model: TrainedModel
-    nodes: dict[str, int]
-    latencies: list[float]
-    stage_reports: dict[str, dict[str, Any]]
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
+    def configs(self) -> tuple[PreprocessConfig, ConsensusConfig, TrainConfig]:
+        """The job's parameter blocks, validated as ``kedro run`` validates them."""
+        return (
+            from_mapping(PreprocessConfig, self.preprocess, "preprocess"),
+            from_mapping(ConsensusConfig, self.vocab_consensus, "vocab_consensus"),
+            TrainConfig.from_params(self.train),
+        )
 
 
 def wait_for_nodes(grid: Grid, count: int, timeout_s: float, poll_s: float) -> list[int]:
@@ -94,136 +88,6 @@ def wait_for_nodes(grid: Grid, count: int, timeout_s: float, poll_s: float) -> l
         time.sleep(max(poll_s, 0.1))
 
 
-def ask(
-    grid: Grid, nodes: dict[int, str], action: str, contents: dict[int, RecordDict], timeout_s: float, poll_s: float
-) -> dict[str, ConfigRecord]:
-    """A query stage: every node must answer with a ``reply`` ConfigRecord, or the run stops naming it."""
-    messages = [Message(content=contents[node], dst_node_id=node, message_type=f"query.{action}") for node in nodes]
-    replies, missing = exchange(grid, messages, timeout_s, poll_s)
-    answers: dict[str, ConfigRecord] = {}
-    for node, name in nodes.items():
-        reply = replies.get(node)
-        if reply is None:
-            raise FederationError(f"stage '{action}': node {node} ({name}) failed: {missing.get(node)}")
-        if reply.has_error():
-            raise FederationError(f"stage '{action}': node {node} ({name}) failed: {reply.error.reason}")
-        if "reply" not in reply.content.config_records:
-            raise FederationError(f"stage '{action}': node {node} ({name}) sent no 'reply' record")
-        answers[name] = reply.content.config_records["reply"]
-    return answers
-
-
-def run_federation(grid: Grid, job: Job) -> FederationResult:
-    """Consensus, then training; returns the vocabulary and the trained model."""
-    cfg = job.flower
-    train_config = TrainConfig.from_params(job.train)
-    consensus = from_mapping(ConsensusConfig, job.vocab_consensus, "vocab_consensus")
-    all_nodes = wait_for_nodes(grid, len(job.organisations), cfg.connect_timeout_s, cfg.poll_s)
-
-    named = _names(grid, all_nodes, cfg)
-    nodes = _order(named, job.organisations)
-
-    params = ConfigRecord({"preprocess": _json(job.preprocess), "vocab_consensus": _json(job.vocab_consensus)})
-    proposals_raw = ask(
-        grid, nodes, "vocabulary", {n: RecordDict({"config": params}) for n in nodes}, cfg.stage_timeout_s, cfg.poll_s
-    )
-    proposals = {}
-    for org in job.organisations:
-        record = proposals_raw[org]
-        terms, counts = list(record["terms"]), list(record["counts"])
-        if len(terms) != len(counts):
-            raise FederationError(f"stage 'vocabulary': {org} sent {len(terms)} terms but {len(counts)} counts")
-        proposals[org] = dict(zip(terms, (int(c) for c in counts), strict=True))
-        logger.info("organisation %s proposes %d terms", org, len(terms))
-    vocabulary = merge_vocabularies(proposals, consensus.merge)
-    terms = vocabulary["term"].tolist()
-    logger.info("common vocabulary (%s): %d terms", consensus.merge, len(terms))
-
-    prepared = ask(
-        grid,
-        nodes,
-        "prepare",
-        {
-            node: RecordDict(
-                {
-                    "config": ConfigRecord(
-                        {
-                            "preprocess": _json(job.preprocess),
-                            "train": _json(job.train),
-                            "terms": terms,
-                            "index": job.organisations.index(org),
-                        }
-                    )
-                }
-            )
-            for node, org in nodes.items()
-        },
-        cfg.stage_timeout_s,
-        cfg.poll_s,
-    )
-    rows = {org: int(prepared[org]["train_rows"]) for org in job.organisations}
-    device = resolve_device(train_config.device)
-    global_model = new_global_model(len(terms), train_config, device)
-    validate = train_config.validation_fraction > 0
-    server = FederatedServer(
-        FedSGD(global_model, train_config.optimizer),
-        federated_stopping(train_config, max(rows.values()), validate),
-        name="federated",
-    )
-    engine = GridEngine(grid, nodes, cfg.round_timeout_s, cfg.poll_s)
-    checkpoints = Checkpoints(job, terms) if cfg.checkpoint_every else None
-    if checkpoints is not None and (saved := checkpoints.load()) is not None:
-        server.resume(saved)
-        logger.info("resumed from %s at round %d", checkpoints.path, server.next_round)
-    history = server.run(engine, on_round_end=None if checkpoints is None else checkpoints.maybe_save)
-    state = {k: v.detach().cpu().clone() for k, v in global_model.state_dict().items()}
-    model = TrainedModel(
-        "federated",
-        "federated",
-        list(job.organisations),
-        len(terms),
-        train_config,
-        state,
-        history,
-        server.stopped_early,
-        server.best_round,
-    )
-    return FederationResult(
-        vocabulary,
-        model,
-        {org: node for node, org in nodes.items()},
-        list(engine.latencies),
-        {"prepare": {org: dict(prepared[org]) for org in job.organisations}},
-    )
-
-
-class Checkpoints:
-    """The server's state every ``checkpoint_every`` rounds, for a restarted ServerApp to resume from.
-
-    Written atomically (temporary file, then rename) to ``checkpoint_dir/<job digest>.pt``;
-    the digest covers the job and the vocabulary, so a changed job never resumes from an
-    unrelated run. The nodes rejoin at the checkpoint's round by replaying their streams.
-    """
-
-    def __init__(self, job: Job, terms: list[str]) -> None:
-        what = {k: v for k, v in job.to_dict().items() if k != "flower"}  # timeouts may change on restart
-        digest = hashlib.sha256(json.dumps([what, terms], sort_keys=True, default=str).encode())
-        self.every = job.flower.checkpoint_every
-        self.path = Path(str(job.flower.checkpoint_dir)) / f"federated-{digest.hexdigest()[:16]}.pt"
-
-    def load(self) -> dict[str, Any] | None:
-        return torch.load(self.path, weights_only=False) if self.path.is_file() else None
-
-    def maybe_save(self, server: FederatedServer) -> None:
-        if server.next_round % self.every and not server.stopped_early:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(".partial")
-        torch.save(server.checkpoint(), partial)
-        partial.replace(self.path)
-        logger.info("checkpoint after round %d: %s", server.next_round - 1, self.path)
-
-
 def _names(grid: Grid, nodes: list[int], cfg: FlowerConfig) -> dict[int, str]:
     messages = [Message(content=RecordDict(), dst_node_id=n, message_type="query.hello") for n in nodes]
     replies, missing = exchange(grid, messages, cfg.stage_timeout_s, cfg.poll_s)
@@ -233,7 +97,10 @@ def _names(grid: Grid, nodes: list[int], cfg: FlowerConfig) -> dict[int, str]:
         if reply is None or reply.has_error():
             reason = missing.get(node) if reply is None else reply.error.reason
             raise FederationError(f"stage 'hello': node {node} failed: {reason}")
-        names[node] = str(reply.content.config_records["reply"]["organisation"])
+        answer = decode_config(reply.content.config_records.get("reply"))
+        if not isinstance(answer.get("organisation"), str):
+            raise FederationError(f"stage 'hello': node {node} did not name its organisation")
+        names[node] = answer["organisation"]
     return names
 
 
@@ -254,11 +121,39 @@ def _order(named: dict[int, str], organisations: list[str]) -> dict[int, str]:
     return {by_name[o]: o for o in organisations}
 
 
-def save_result(result: FederationResult, folder: Path) -> None:
+def connect(grid: Grid, organisations: list[str], cfg: FlowerConfig) -> GridEngine:
+    """Wait for every organisation's node, learn which is which, and return the engine over them."""
+    all_nodes = wait_for_nodes(grid, len(organisations), cfg.connect_timeout_s, cfg.poll_s)
+    nodes = _order(_names(grid, all_nodes, cfg), organisations)
+    return GridEngine(grid, nodes, cfg.round_timeout_s, cfg.poll_s, stage_timeout_s=cfg.stage_timeout_s)
+
+
+def run_flower_federation(grid: Grid, job: Job) -> tuple[FederationResult, GridEngine]:
+    """Consensus, preparation and training of ``job`` on the nodes of ``grid``."""
+    preprocess, consensus, config = job.configs()
+    engine = connect(grid, job.organisations, config.flower)
+    result = run_federation(engine, job.organisations, config, preprocess=preprocess, consensus=consensus)
+    return result, engine
+
+
+def save_result(result: FederationResult, engine: GridEngine, folder: Path) -> None:
     """Write the vocabulary, the model and the run facts where the submitter reads them."""
     folder.mkdir(parents=True, exist_ok=True)
-    result.vocabulary.to_parquet(folder / "vocabulary.parquet")
-    torch.save(result.model, folder / "model.pt")
-    (folder / "run.json").write_text(
-        json.dumps({"nodes": result.nodes, "latencies_s": result.latencies, "stages": result.stage_reports}, indent=2)
+    result.vocabulary.to_parquet(folder / VOCABULARY_FILE)
+    result.model.save(folder / MODEL_FILE)
+    facts = {
+        "nodes": {org: node for node, org in engine.organisations.items()},
+        "latencies_s": list(engine.latencies),
+        "stages": {"prepare": result.prepared},
+    }
+    (folder / RUN_FILE).write_text(json.dumps(facts, indent=2))
+
+
+def load_result(folder: Path) -> tuple[pd.DataFrame, TrainedModel, dict[str, Any]]:
+    """What :func:`save_result` wrote: vocabulary, model (safetensors, no pickle) and run facts."""
+    folder = Path(folder)
+    return (
+        pd.read_parquet(folder / VOCABULARY_FILE),
+        TrainedModel.load(folder / MODEL_FILE),
+        json.loads((folder / RUN_FILE).read_text()),
     )

@@ -26,6 +26,7 @@ which organisation) a reply came from.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -95,6 +96,40 @@ def unpack(arrays: ArrayRecord, layout: dict[str, Any], groups: tuple[str, ...])
         offsets[dtype] += size
     if position != len(dims) or any(offsets[d] != packed[d].numel() for d in packed):
         raise MalformedRecord("layout: it does not cover the packed data")
+    return out
+
+
+JSON_SUFFIX = ".json"
+
+
+def encode_config(values: dict[str, Any]) -> ConfigRecord:
+    """A query's payload or answer as a ConfigRecord: scalars and flat lists as they are, nested
+    values (a parameter block) as JSON strings under ``<key>.json``."""
+    record: dict[str, Any] = {}
+    for key, value in values.items():
+        flat = isinstance(value, str | int | float | bool) or (
+            isinstance(value, list) and all(isinstance(v, str | int | float | bool) for v in value) and value
+        )
+        if flat:
+            record[key] = value
+        else:
+            record[key + JSON_SUFFIX] = json.dumps(value)
+    return ConfigRecord(record)
+
+
+def decode_config(record: ConfigRecord | None) -> dict[str, Any]:
+    """What :func:`encode_config` encoded; :class:`MalformedRecord` for a missing record or bad JSON."""
+    if record is None:
+        raise MalformedRecord("no record to decode")
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if key.endswith(JSON_SUFFIX):
+            try:
+                out[key.removesuffix(JSON_SUFFIX)] = json.loads(str(value))
+            except json.JSONDecodeError as exc:
+                raise MalformedRecord(f"'{key}' is not JSON: {exc}") from None
+        else:
+            out[key] = list(value) if isinstance(value, list) else value
     return out
 
 

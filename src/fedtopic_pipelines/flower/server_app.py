@@ -17,7 +17,7 @@ from flwr.supercore.constant import PULL_MAX_TIME
 from flwr.supercore.inflatable import inflatable_utils
 
 from fedtopic_pipelines.flower.engine import pull_time_left
-from fedtopic_pipelines.flower.federation import Job, run_federation, save_result
+from fedtopic_pipelines.flower.federation import Job, run_flower_federation, save_result
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,6 @@ def main(grid: Grid, context: Context) -> None:
     output = str(context.run_config.get("output-dir", ""))
     if not job_file or not output:
         raise ValueError("run config needs 'job-file' and 'output-dir' (flwr run ... --run-config \"job-file='...'\")")
-    result = run_federation(grid, Job.from_file(Path(job_file)))
-    save_result(result, Path(output))
+    result, engine = run_flower_federation(grid, Job.from_file(Path(job_file)))
+    save_result(result, engine, Path(output))
     logger.info("federation finished: %d rounds, result in %s", len(result.model.history), output)

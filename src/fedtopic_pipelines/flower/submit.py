@@ -16,12 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-import torch
-
-from fedtopic_pipelines.core.training import TrainedModel
+from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.flower.deployment import LocalFederation
-from fedtopic_pipelines.flower.federation import FederationError, Job
+from fedtopic_pipelines.flower.federation import FederationError, Job, load_result
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +33,12 @@ def train_on_flower(
     (folder / "job.json").write_text(json.dumps(job.to_dict(), indent=2))
     logger.info("federated scenario on the Flower federation at %s (job %s)", federation.address, folder / "job.json")
     run_id = federation.submit({"job-file": str(folder / "job.json"), "output-dir": str(folder / "out")}, run_timeout_s)
-    terms = pd.read_parquet(folder / "out" / "vocabulary.parquet")["term"].tolist()
+    table, model, facts = load_result(folder / "out")
+    terms = table["term"].tolist()
     if terms != list(vocabulary):
         raise FederationError(
             f"the federation's vocabulary ({len(terms)} terms) differs from the catalog's common_vocabulary "
             f"({len(vocabulary)} terms): the SuperNodes read other data or parameters than this pipeline "
             f"(run {run_id}, {folder})"
         )
-    model: TrainedModel = torch.load(folder / "out" / "model.pt", weights_only=False)
-    facts = json.loads((folder / "out" / "run.json").read_text())
     return model, {"run_id": run_id, "folder": str(folder), **facts}

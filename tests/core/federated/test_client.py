@@ -1,33 +1,67 @@
-"""GradientClient.skip: a client rebuilt from scratch rejoins a run at any round with the same streams."""
+"""FamilyClient: a client rebuilt from scratch rejoins a run at any round with the same streams."""
 
+import pytest
 import torch
 
 from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.messages import Instruction
-from fedtopic_pipelines.core.training import new_global_model, organisation_client
+from fedtopic_pipelines.core.federated.site import Prepared, Site
 from tests.conftest import poisson_matrices
 
 CONFIG = TrainConfig.from_params(
     {"model": {"n_topics": 3, "hidden_sizes": [8]}, "batch_size": 6, "max_steps": 10, "seed": 1, "device": "cpu"}
 )
+FAMILY = get_family("prodlda")
 
 
-def gradients_at(client, state, round_):
-    return client.handle(Instruction(round_, state, {"action": "gradients"})).tensors
-
-
-def test_skip_replays_batches_and_noise_exactly() -> None:
+def client():
     (matrix,) = poisson_matrices((20,), vocab=15)
-    device = torch.device("cpu")
-    state = {k: v.detach() for k, v in new_global_model(15, CONFIG, device).named_parameters()}
-    running = organisation_client("a", 2, matrix, None, CONFIG, device)
+    return Site("a").client(FAMILY, Prepared(matrix, None), CONFIG, 15, stream=2)
+
+
+def gradients_at(c, state, round_):
+    return c.handle(Instruction(round_, state, {"action": "gradients"})).tensors
+
+
+STATE = {k: v.detach() for k, v in FAMILY.create_model(15, CONFIG, torch.device("cpu")).named_parameters()}
+
+
+def test_a_fresh_client_asked_for_a_later_round_replays_batches_and_noise_exactly() -> None:
+    running = client()
     for round_ in range(5):  # past the first epoch (20 documents / 6 per batch)
-        gradients_at(running, state, round_)
-    rejoined = organisation_client("a", 2, matrix, None, CONFIG, device)
-    rejoined.skip(5)
-    expected, got = gradients_at(running, state, 5), gradients_at(rejoined, state, 5)
+        gradients_at(running, STATE, round_)
+    expected = gradients_at(running, STATE, 5)
+    rejoined = client()
+    got = gradients_at(rejoined, STATE, 5)  # replays rounds 0-4 first
     assert all(torch.equal(expected[k], got[k]) for k in expected)
-    late = organisation_client("a", 2, matrix, None, CONFIG, device)
-    late.skip(4)  # one round short: a different batch or noise
-    other = gradients_at(late, state, 5)
+    assert rejoined.next_round == running.next_round == 6
+
+
+def test_one_round_short_is_a_different_batch_or_noise() -> None:
+    running = client()
+    for round_ in range(6):
+        expected = gradients_at(running, STATE, round_)
+    late = client()
+    late.catch_up(4)
+    late.next_round = 5  # pretend: one replayed round missing
+    other = gradients_at(late, STATE, 5)
     assert not all(torch.equal(expected[k], other[k]) for k in expected)
+
+
+def test_the_state_dict_carries_the_streams_and_the_round() -> None:
+    a = client()
+    for round_ in range(3):
+        gradients_at(a, STATE, round_)
+    b = client()
+    b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
+    assert b.next_round == 3
+    expected, got = gradients_at(a, STATE, 3), gradients_at(b, STATE, 3)
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+def test_a_client_cannot_go_back_to_an_earlier_round() -> None:
+    c = client()
+    gradients_at(c, STATE, 0)
+    with pytest.raises(ValueError, match="cannot go back to round 0"):
+        gradients_at(c, STATE, 0)

@@ -18,21 +18,23 @@ docs/batchnorm.md gives the numbers measured on smaller networks).
 import pytest
 import torch
 
-from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig
+from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig, TrainConfig
+from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.batching import BatchSource, derive_seed
-from fedtopic_pipelines.core.federated.client import GradientClient
+from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.federated.strategies import FedSGD
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
 from tests.conftest import poisson_matrices
 
 V, STEPS, BATCH = 300, 20, 16
 CONFIG = ProdLDAConfig(n_topics=5, hidden_sizes=(100, 100), dropout=0.2)
+FAMILY = get_family("prodlda")
 
 
 def _train(federated: bool, dtype: torch.dtype, optimizer: OptimizerConfig) -> tuple[dict[str, torch.Tensor], list]:
     matrices = poisson_matrices((50, 37, 80), V)  # unequal sizes: partial batches and uneven weights
+    config = TrainConfig(model=CONFIG, optimizer=optimizer, batch_size=BATCH, seed=11, device="cpu")
 
     def model() -> ProdLDA:
         return ProdLDA.create(V, CONFIG, seed=11).to(dtype)
@@ -41,11 +43,11 @@ def _train(federated: bool, dtype: torch.dtype, optimizer: OptimizerConfig) -> t
         return [BatchSource(m, BATCH, derive_seed(7, i), torch.device("cpu")) for i, m in enumerate(matrices)]
 
     if federated:
-        clients = [GradientClient(f"org{i}", model(), [s]) for i, s in enumerate(sources())]
+        clients = [FamilyClient(f"org{i}", FAMILY, model(), s) for i, s in enumerate(sources())]
     else:
-        clients = [GradientClient("server", model(), sources())]
+        clients = [FamilyClient("server", FAMILY, model(), FAMILY.concatenated_stream(sources()))]
     global_model = model()
-    server = FederatedServer(FedSGD(global_model, optimizer), StoppingRule(STEPS))
+    server = FederatedServer(FAMILY.strategy(global_model, config), StoppingRule(STEPS))
     history = server.run(InProcessEngine(clients), progress=False)
     return global_model.state_dict(), history
 

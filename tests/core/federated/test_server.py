@@ -1,106 +1,147 @@
+"""The family-neutral server: every bad update is rejected with a logged reason and the run goes on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
 import pytest
 import torch
 
-from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig
-from fedtopic_pipelines.core.federated.batching import BatchSource
-from fedtopic_pipelines.core.federated.client import GradientClient
+from fedtopic_pipelines.core import persist
+from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.families import get_family
+from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 from fedtopic_pipelines.core.federated.server import FederatedServer, NoUsableUpdates, StoppingRule
-from fedtopic_pipelines.core.federated.strategies import FedSGD
-from fedtopic_pipelines.core.models.prodlda import ProdLDA
 from tests.conftest import poisson_matrices
 
 V = 50
-CONFIG = ProdLDAConfig(n_topics=3, hidden_sizes=(8,))
+CPU = torch.device("cpu")
+FAMILY = get_family("prodlda")
+CONFIG = TrainConfig.from_params(
+    {"model": {"n_topics": 3, "hidden_sizes": [8]}, "batch_size": 8, "max_steps": 1, "seed": 0, "device": "cpu"}
+)
+CAPACITY = {"good": 9, "other": 9, "poisoned": 9}
+
+
+def _client(cid: str, seed: int, validation=None) -> FamilyClient:
+    matrix = poisson_matrices((20,), V, seed=seed)[0]
+    model = FAMILY.create_model(V, CONFIG, CPU)
+    return FamilyClient(cid, FAMILY, model, FAMILY.stream(matrix, CONFIG, seed, CPU), validation)
+
+
+def _server(rounds: int = 1, tolerance: float = 0.0, capacity=CAPACITY):
+    model = FAMILY.create_model(V, CONFIG, CPU)
+    server = FederatedServer(FAMILY.strategy(model, CONFIG), StoppingRule(rounds, tolerance), capacity=capacity)
+    return server, model
 
 
 class Poisoned:
-    """A client that answers like a real one, then corrupts its gradient."""
+    """A client that answers like a real one, then changes its update."""
 
-    def __init__(self, inner: GradientClient, corrupt) -> None:
-        self.client_id = "poisoned"
+    def __init__(self, inner: FamilyClient, corrupt, client_id: str = "poisoned") -> None:
+        self.client_id = self.name = client_id
         self.inner = inner
         self.corrupt = corrupt
 
     def handle(self, instruction: Instruction) -> Update:
         update = self.inner.handle(instruction)
-        return Update(
-            self.client_id,
-            update.kind,
-            self.corrupt(dict(update.tensors)),
-            update.num_examples,
-            statistics=update.statistics,
-            metrics=update.metrics,
-        )
+        return self.corrupt(dataclasses.replace(update, client_id=self.client_id))
 
 
-def _client(cid: str, seed: int) -> GradientClient:
-    matrix = poisson_matrices((20,), V, seed=seed)[0]
-    return GradientClient(cid, ProdLDA.create(V, CONFIG, 0), [BatchSource(matrix, 8, seed, torch.device("cpu"))])
+def _tensor(name: str, change):
+    return lambda u: dataclasses.replace(u, tensors={**u.tensors, name: change(u.tensors[name])})
 
 
-def _server(rounds: int = 1, tolerance: float = 0.0) -> tuple[FederatedServer, ProdLDA]:
-    model = ProdLDA.create(V, CONFIG, 0)
-    return FederatedServer(FedSGD(model, OptimizerConfig()), StoppingRule(rounds, tolerance)), model
+def _statistic(name: str, change):
+    return lambda u: dataclasses.replace(u, statistics={**u.statistics, name: change(u.statistics[name])})
 
 
-def _nan(t: dict) -> dict:
-    t["beta"] = t["beta"] * float("nan")
-    return t
+PROBES = {
+    "nan": (_tensor("beta", lambda t: t * float("nan")), "contains NaN or Inf"),
+    "renamed": (lambda u: dataclasses.replace(u, tensors={**u.tensors, "bogus": u.tensors["beta"]}), "unknown"),
+    "reshaped": (_tensor("beta", lambda t: t[:, :-1]), "has shape"),
+    "float16": (_tensor("beta", lambda t: t.half()), "dtype torch.float16"),
+    "complex64": (_tensor("beta", lambda t: t.to(torch.complex64)), "dtype torch.complex64"),
+    "int64": (_tensor("beta", lambda t: t.to(torch.int64)), "dtype torch.int64"),
+    "bool": (_tensor("beta", lambda t: t > 0), "dtype torch.bool"),
+    "numpy": (_tensor("beta", lambda t: t.numpy()), "not a tensor"),
+    "num_examples_true": (lambda u: dataclasses.replace(u, num_examples=True), "must be an integer"),
+    "num_examples_huge": (lambda u: dataclasses.replace(u, num_examples=10**9), "exceeds the 9"),
+    "mean_1e30": (_statistic("mu_bn.mean", lambda t: torch.full_like(t, 1e30)), "exceeds 1e+06 in magnitude"),
+    "variance_0": (_statistic("beta_bn.var", torch.zeros_like), "variance <= 0"),
+    "negative_variance": (_statistic("beta_bn.var", lambda t: -t - 1), "variance <= 0"),
+    "string_metric": (lambda u: dataclasses.replace(u, metrics={**u.metrics, "loss": "low"}), "metric 'loss' is a str"),
+    "wrong_kind": (lambda u: dataclasses.replace(u, kind=UpdateKind.WEIGHTS), "expects 'gradients'"),
+    "sparse_rows_on_dense": (
+        lambda u: dataclasses.replace(u, row_indices={"beta": torch.tensor([0])}),
+        "only for 'sparse_rows'",
+    ),
+}
 
 
-def _renamed(t: dict) -> dict:
-    t["bogus"] = t.pop("beta")
-    return t
-
-
-def _reshaped(t: dict) -> dict:
-    t["beta"] = t["beta"][:, :-1]
-    return t
-
-
-class NegativeVariance(Poisoned):
-    def handle(self, instruction: Instruction) -> Update:
-        update = self.inner.handle(instruction)
-        stats = {**update.statistics, "beta_bn.var": -update.statistics["beta_bn.var"] - 1}
-        return Update(
-            self.client_id, update.kind, update.tensors, update.num_examples, statistics=stats, metrics=update.metrics
-        )
-
-
-def test_a_negative_variance_is_rejected() -> None:
-    server, _ = _server()
-    record = server.run(
-        InProcessEngine([_client("good", 1), NegativeVariance(_client("bad", 2), None)]), progress=False
-    )[0]
-    assert "negative variance" in record.rejected["poisoned"]
-
-
-@pytest.mark.parametrize("corrupt", [_nan, _renamed, _reshaped])
-def test_a_rejected_update_does_not_touch_the_global_model(corrupt) -> None:
-    clean, clean_model = _server()
+@pytest.mark.parametrize("probe", list(PROBES))
+def test_a_bad_update_is_rejected_logged_and_never_touches_the_model(probe, caplog) -> None:
+    corrupt, reason = PROBES[probe]
+    clean, clean_model = _server(rounds=3)
     clean.run(InProcessEngine([_client("good", 1)]), progress=False)
-    mixed, mixed_model = _server()
-    record = mixed.run(InProcessEngine([_client("good", 1), Poisoned(_client("bad", 2), corrupt)]), progress=False)[0]
-    assert "poisoned" in record.rejected
+    mixed, mixed_model = _server(rounds=3)
+    history = mixed.run(InProcessEngine([_client("good", 1), Poisoned(_client("bad", 2), corrupt)]), progress=False)
+    assert len(history) == 3  # the run went on
+    assert all(reason in record.rejected["poisoned"] for record in history), history[0].rejected
+    assert any("rejected" in m and "poisoned" in m for m in caplog.messages)
     assert all(torch.equal(clean_model.state_dict()[k], mixed_model.state_dict()[k]) for k in clean_model.state_dict())
+
+
+def test_the_same_client_twice_in_a_round_is_left_out_entirely() -> None:
+    clean, clean_model = _server(rounds=2)
+    clean.run(InProcessEngine([_client("other", 3)]), progress=False)
+    server, model = _server(rounds=2)
+    impostor = Poisoned(_client("x", 2), lambda u: u, client_id="good")
+    impostor.name = "impostor"  # the engine knows it by another name; its updates claim to be 'good'
+    history = server.run(InProcessEngine([_client("good", 1), impostor, _client("other", 3)]), progress=False)
+    assert all("2 updates in one round" in r.rejected["good"] for r in history)
+    assert all(torch.equal(clean_model.state_dict()[k], model.state_dict()[k]) for k in model.state_dict())
+
+
+def test_an_unknown_client_is_rejected() -> None:
+    server, _ = _server()
+    record = server.run(InProcessEngine([_client("good", 1), _client("stranger", 2)]), progress=False)[0]
+    assert "not a client of this federation" in record.rejected["stranger"]
+
+
+class Crashing:
+    client_id = name = "crashing"
+
+    def handle(self, instruction: Instruction) -> Update:
+        raise RuntimeError("disk full")
+
+
+def test_a_client_that_raises_is_a_failure_of_the_round_not_of_the_run(caplog) -> None:
+    server, _ = _server(rounds=2)
+    history = server.run(InProcessEngine([_client("good", 1), Crashing()]), progress=False)
+    assert len(history) == 2 and all("disk full" in r.failed["crashing"] for r in history)
 
 
 def test_no_usable_update_stops_training() -> None:
     server, _ = _server()
     with pytest.raises(NoUsableUpdates, match="round 0"):
-        server.run(InProcessEngine([Poisoned(_client("bad", 2), _nan)]), progress=False)
+        server.run(InProcessEngine([Poisoned(_client("bad", 2), PROBES["nan"][0])]), progress=False)
 
 
-def test_tolerance_stops_early() -> None:
+def test_round_records_carry_the_family_metrics_and_the_convergence_measure_only_when_asked() -> None:
     server, _ = _server(rounds=50, tolerance=1.0)
     history = server.run(InProcessEngine([_client("good", 1)]), progress=False)
     assert len(history) == 1 and server.stopped_early
-    assert 0 < history[0].relative_change < 1.0
+    assert set(history[0].metrics) == {"loss", "kl", "reconstruction", "relative_change"}
+    assert 0 < history[0].metrics["relative_change"] < 1.0
+    plain, _ = _server(rounds=1)
+    assert "relative_change" not in plain.run(InProcessEngine([_client("good", 1)]), progress=False)[0].metrics
 
 
-def test_duplicate_client_ids_are_refused() -> None:
+def test_duplicate_organisation_names_are_refused_by_the_engine() -> None:
     with pytest.raises(ValueError, match="unique"):
         InProcessEngine([_client("same", 1), _client("same", 2)])
 
@@ -108,8 +149,8 @@ def test_duplicate_client_ids_are_refused() -> None:
 class ScriptedValidation:
     """A real training client whose validation answers follow a script (and are recorded)."""
 
-    def __init__(self, inner: GradientClient, losses: list[float]) -> None:
-        self.client_id = inner.client_id
+    def __init__(self, inner: FamilyClient, losses: list[float]) -> None:
+        self.client_id = self.name = inner.client_id
         self.inner = inner
         self.losses = list(losses)
         self.validated_states: list[dict[str, torch.Tensor]] = []
@@ -122,9 +163,9 @@ class ScriptedValidation:
 
 
 def test_early_stopping_waits_patience_validations_and_restores_the_best_weights() -> None:
-    model = ProdLDA.create(V, CONFIG, 0)
+    model = FAMILY.create_model(V, CONFIG, CPU)
     rule = StoppingRule(max_rounds=100, validation_every=2, patience=3)
-    server = FederatedServer(FedSGD(model, OptimizerConfig()), rule)
+    server = FederatedServer(FAMILY.strategy(model, CONFIG), rule)
     client = ScriptedValidation(_client("a", 1), [5.0, 4.0, 3.0, 3.5, 3.0, 3.9, 1.0])
     history = server.run(InProcessEngine([client]), progress=False)
     assert len(history) == 12  # 6 validations: the best is the 3rd, then 3 without a lower loss
@@ -136,36 +177,26 @@ def test_early_stopping_waits_patience_validations_and_restores_the_best_weights
 
 
 def test_validation_loss_is_weighted_by_documents_and_skips_clients_without_any() -> None:
-    model = ProdLDA.create(V, CONFIG, 0)
-    server = FederatedServer(FedSGD(model, OptimizerConfig()), StoppingRule(1))
+    model = FAMILY.create_model(V, CONFIG, CPU)
+    server = FederatedServer(FAMILY.strategy(model, CONFIG), StoppingRule(1), validation_capacity={"a": 30, "b": 12})
     matrices = poisson_matrices((20, 30, 12), V, seed=3)
-    clients = [
-        GradientClient(
-            "a",
-            ProdLDA.create(V, CONFIG, 0),
-            [BatchSource(matrices[0], 8, 1, torch.device("cpu"))],
-            validation=matrices[1],
-        ),
-        GradientClient(
-            "b",
-            ProdLDA.create(V, CONFIG, 0),
-            [BatchSource(matrices[0], 8, 2, torch.device("cpu"))],
-            validation=matrices[2],
-        ),
-        GradientClient("c", ProdLDA.create(V, CONFIG, 0), [BatchSource(matrices[0], 8, 3, torch.device("cpu"))]),
-    ]
+    clients = [_client("a", 1, matrices[1]), _client("b", 2, matrices[2]), _client("c", 3)]
     replies = [c.handle(server.strategy.evaluation_instruction(0)) for c in clients]
     assert [r.num_examples for r in replies] == [30, 12, 0]
     assert all(r.kind == UpdateKind.METRICS and not r.tensors for r in replies)
     expected = (replies[0].metrics["validation_loss"] * 30 + replies[1].metrics["validation_loss"] * 12) / 42
+    server.validation_capacity["c"] = 0
     assert server.validate(InProcessEngine(clients), 0) == pytest.approx(expected)
     # the same seed gives the same noise, so the same weights give the same loss
     assert clients[0].handle(server.strategy.evaluation_instruction(0)).metrics == replies[0].metrics
+    # a client claiming more validation documents than it declared is left out
+    server.validation_capacity["b"] = 11
+    assert server.validate(InProcessEngine(clients), 0) == pytest.approx(replies[0].metrics["validation_loss"])
 
 
 def test_non_finite_validation_losses_are_left_out_and_none_left_is_an_error() -> None:
-    model = ProdLDA.create(V, CONFIG, 0)
-    server = FederatedServer(FedSGD(model, OptimizerConfig()), StoppingRule(1))
+    model = FAMILY.create_model(V, CONFIG, CPU)
+    server = FederatedServer(FAMILY.strategy(model, CONFIG), StoppingRule(1))
     good = ScriptedValidation(_client("good", 1), [2.0])
     bad = ScriptedValidation(_client("bad", 2), [float("nan")])
     assert server.validate(InProcessEngine([good, bad]), 0) == 2.0
@@ -178,27 +209,23 @@ class Stop(Exception):
 
 
 @pytest.mark.parametrize("validation_every", [None, 3])
-def test_a_server_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_does(validation_every) -> None:
-    import io
-
+def test_a_server_resumed_from_a_stored_checkpoint_ends_where_an_uninterrupted_one_does(
+    validation_every, tmp_path
+) -> None:
     def server() -> tuple[FederatedServer, InProcessEngine]:
-        clients = [_client("a", 1), _client("b", 2)]
-        for c in clients:
-            c.validation = c.sources[0].matrix[:6]
-        strategy = FedSGD(ProdLDA.create(V, CONFIG, 0), OptimizerConfig(name="adam", lr=0.01))
+        matrices = poisson_matrices((20, 20), V, seed=9)
+        clients = [_client("a", 1, matrices[0][:6]), _client("b", 2, matrices[1][:6])]
+        model = FAMILY.create_model(V, CONFIG, CPU)
         rule = StoppingRule(max_rounds=12, validation_every=validation_every, patience=50)
-        return FederatedServer(strategy, rule), InProcessEngine(clients)
+        return FederatedServer(FAMILY.strategy(model, CONFIG), rule), InProcessEngine(clients)
 
     reference, engine = server()
     reference.run(engine, progress=False)
-
-    saved: dict[str, bytes] = {}
+    path = tmp_path / "checkpoint.safetensors"
 
     def checkpoint_then_die(s: FederatedServer) -> None:
-        if s.next_round % 4 == 0:  # every 4 rounds, as the Flower app does with checkpoint_every: 4
-            buffer = io.BytesIO()
-            torch.save(s.checkpoint(), buffer)
-            saved["last"] = buffer.getvalue()
+        if s.next_round % 4 == 0:
+            persist.save(path, s.checkpoint(), "test")
         if s.next_round == 7:
             raise Stop
 
@@ -206,15 +233,26 @@ def test_a_server_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_does
     with pytest.raises(Stop):
         interrupted.run(engine, progress=False, on_round_end=checkpoint_then_die)
 
-    resumed, engine = server()
-    state = torch.load(io.BytesIO(saved["last"]), weights_only=False)
+    resumed, engine = server()  # fresh clients: they replay their streams when asked for round 4
+    state = persist.load(path, "test")
     assert state["next_round"] == 4
     resumed.resume(state)
-    for client in engine.clients:  # fresh clients rejoin at the checkpoint's round
-        client.skip(resumed.next_round)
     resumed.run(engine, progress=False)
 
     assert [r.round for r in resumed.history] == list(range(12))  # no round lost or repeated
     assert [r.loss for r in resumed.history] == [r.loss for r in reference.history]
     final, expected = resumed.strategy.snapshot(), reference.strategy.snapshot()
     assert all(torch.equal(final[k], expected[k]) for k in expected)
+
+
+def test_checkpoints_hold_no_pickle(tmp_path) -> None:
+    server, _ = _server(rounds=2)
+    server.run(InProcessEngine([_client("good", 1)]), progress=False)
+    path = tmp_path / "c.safetensors"
+    persist.save(path, server.checkpoint(), "test")
+    assert b"pickle" not in path.read_bytes()[:2000] and path.read_bytes()[8:9] == b"{"  # a JSON header
+    with pytest.raises(persist.PersistError, match="holds 'test', expected a 'other' file"):
+        persist.load(path, "other")
+    torch.save({"x": np.zeros(2)}, tmp_path / "pickled.pt")
+    with pytest.raises(persist.PersistError, match="not a readable safetensors file"):
+        persist.load(tmp_path / "pickled.pt", "test")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedtopic_pipelines.core.config import ConfigError, IngestWikipediaConfig
-from fedtopic_pipelines.core.ingest.dumpgen import fragment_parts, repeated_pages, write_dump
+from bench.dumpgen import fragment_parts, repeated_pages, write_dump
+from fedtopic_pipelines.core.config import ConfigError, IngestWikipediaConfig, from_mapping
 from fedtopic_pipelines.core.ingest.wikipedia import (
     MIN_UNITS_PER_FILE,
     find_dumps,
@@ -216,7 +216,7 @@ def test_rules_must_name_exactly_the_organisations(tmp_path) -> None:
     with pytest.raises(ConfigError, match="bad regex"):
         ingest_wikipedia([gensim_fragment()], ["science"], config(organisations={"science": ["re:("]}), tmp_path)
     with pytest.raises(ConfigError, match="ingest_wikipedia.multi_match"):
-        config(multi_match="some")
+        from_mapping(IngestWikipediaConfig, {"organisations": RULES, "multi_match": "some"}, "ingest_wikipedia")
 
 
 def test_interrupted_run_resumes_without_redoing_finished_units(tmp_path) -> None:

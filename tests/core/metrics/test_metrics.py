@@ -1,19 +1,14 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-import torch
 
-from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig
-from fedtopic_pipelines.core.federated.batching import BatchSource
-from fedtopic_pipelines.core.federated.client import GradientClient
-from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.federated.strategies import FedSGD
+from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig, TrainConfig
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
 from fedtopic_pipelines.core.metrics.coherence import coherence_by_model
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity, split_tokens
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.training import train_scenarios
 
 TEXTS = [
     ["apple", "banana", "fruit"],
@@ -59,12 +54,17 @@ def test_training_lowers_held_out_perplexity() -> None:
     topics = rng.dirichlet(np.full(60, 0.05), size=3)
     docs = np.stack([rng.multinomial(80, topics[rng.integers(3)]) for _ in range(300)]).astype(np.float32)
     train, test = sp.csr_matrix(docs[:240]), sp.csr_matrix(docs[240:])
-    model = ProdLDA.create(60, ProdLDAConfig(n_topics=3, hidden_sizes=(32,)), 0)
-    before = completion_perplexity(model, test)
-    client = GradientClient("o", ProdLDA.create(60, model.config, 0), [BatchSource(train, 32, 0, torch.device("cpu"))])
-    FederatedServer(FedSGD(model, OptimizerConfig(lr=0.01)), StoppingRule(300)).run(
-        InProcessEngine([client]), progress=False
+    config = TrainConfig(
+        model=ProdLDAConfig(n_topics=3, hidden_sizes=(32,)),
+        optimizer=OptimizerConfig(lr=0.01),
+        batch_size=32,
+        max_steps=300,
+        seed=0,
+        device="cpu",
+        scenarios=("federated",),
     )
+    before = completion_perplexity(ProdLDA.create(60, config.model, 0), test)
+    model = train_scenarios({"o": train}, config, progress=False)["federated"].to_model()
     after = completion_perplexity(model, test)
     assert after < 0.8 * before
     assert after < 60  # better than a uniform distribution over the 60 words

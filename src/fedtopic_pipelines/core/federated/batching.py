@@ -34,7 +34,11 @@ class EpochSampler:
         self.batch_size = batch_size
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self._queue: list[np.ndarray] = []
-        self.epoch = 0
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows one call returns: a batch plus a merged single trailing row."""
+        return min(self.n_rows, self.batch_size + 1)
 
     def next_indices(self) -> np.ndarray:
         if not self._queue:
@@ -44,7 +48,6 @@ class EpochSampler:
                 last = chunks.pop()
                 chunks[-1] = np.concatenate([chunks[-1], last])
             self._queue = chunks[::-1]
-            self.epoch += 1
         return self._queue.pop()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -55,7 +58,6 @@ class EpochSampler:
             "generator": self._generator.get_state(),
             "queue": torch.from_numpy(queue.astype(np.int64)),
             "queue_lengths": torch.tensor(lengths, dtype=torch.int64),
-            "epoch": torch.tensor(self.epoch, dtype=torch.int64),
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -63,7 +65,6 @@ class EpochSampler:
         bounds = np.cumsum([0, *state["queue_lengths"].tolist()])
         queue = state["queue"].numpy()
         self._queue = [queue[a:b].copy() for a, b in itertools.pairwise(bounds)]
-        self.epoch = int(state["epoch"])
 
 
 def _dense(matrix: sp.csr_matrix, rows: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -80,8 +81,9 @@ class BatchSource:
         self.noise = torch.Generator(device=device).manual_seed(derive_seed(seed, 1))
 
     @property
-    def epoch(self) -> int:
-        return self.sampler.epoch
+    def max_examples(self) -> int:
+        """The most documents one step yields."""
+        return self.sampler.max_rows
 
     def next_batch(self) -> torch.Tensor:
         """The next dense mini-batch on the source's device."""
@@ -111,6 +113,11 @@ class GhostBatchSource:
         self.sampler = EpochSampler(self.matrix.shape[0], batch_size * n_ghosts, seed)
         self.noises = [torch.Generator(device=device).manual_seed(derive_seed(seed, 1, g)) for g in range(n_ghosts)]
 
+    @property
+    def max_examples(self) -> int:
+        """The most documents one step yields (all ghost batches together)."""
+        return self.sampler.max_rows
+
     def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
         rows = self.sampler.next_indices()
         n_ghosts = max(1, min(len(self.noises), len(rows) // 2))  # every ghost batch needs 2 documents
@@ -118,3 +125,38 @@ class GhostBatchSource:
             (_dense(self.matrix, part, self.device), noise)
             for part, noise in zip(np.array_split(rows, n_ghosts), self.noises, strict=False)
         ]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The sampler's and every ghost batch's noise generator state."""
+        noises = {f"noise.{g}": n.get_state() for g, n in enumerate(self.noises)}
+        return {**{f"sampler.{k}": v for k, v in self.sampler.state_dict().items()}, **noises}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.sampler.load_state_dict(
+            {k.removeprefix("sampler."): v for k, v in state.items() if k.startswith("sampler.")}
+        )
+        for g, noise in enumerate(self.noises):
+            noise.set_state(state[f"noise.{g}"])
+
+
+class ConcatenatedSource:
+    """The centralized trainer over exactly the organisations' own streams: each step, every
+    organisation's batch (each with its own noise), concatenated. Training on it equals
+    FedSGD over those organisations (docs/batchnorm.md), which the family contract checks."""
+
+    def __init__(self, sources: list[BatchSource]) -> None:
+        self.sources = list(sources)
+
+    @property
+    def max_examples(self) -> int:
+        return sum(s.max_examples for s in self.sources)
+
+    def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
+        return [pair for source in self.sources for pair in source.next_batches()]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"{i}.{k}": v for i, s in enumerate(self.sources) for k, v in s.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for i, source in enumerate(self.sources):
+            source.load_state_dict({k.split(".", 1)[1]: v for k, v in state.items() if k.split(".", 1)[0] == str(i)})

@@ -1,20 +1,19 @@
-"""Clients: each holds one organisation's private data and answers the server.
+"""The client: one organisation's private data and model, answering the server.
 
-A client never sends documents: only what its ``handle`` returns, an :class:`Update`.
+A client never sends documents: only what its ``handle`` returns, an :class:`Update` of its
+family's kind. It is the same object on both engines; on Flower it may be rebuilt for
+every message, so its whole position (the batch and noise streams, the next round it
+expects) is a state dict of tensors that the ClientApp keeps between messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import nn
 
-from fedtopic_pipelines.core.federated.aggregation import weighted_mean
-from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource
+from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
 
 
@@ -26,89 +25,85 @@ class Client(Protocol):
     def handle(self, instruction: Instruction) -> Update: ...
 
 
-def load_parameters(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Copy the broadcast global parameters into a client's local model."""
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(state[name])
+class FamilyClient:
+    """A client of any family: loads the broadcast shared parameters, runs the family's local
+    step on its own stream and returns it as an update (gFedNTM Algorithm 1, GETCLIENTGRAD,
+    for ProdLDA). Local parameters (those the family does not share) never leave it.
 
-
-VALIDATION_CHUNK = 1024
-
-
-class GradientClient:
-    """FedSGD client (gFedNTM Algorithm 1, GETCLIENTGRAD).
-
-    Loads the global weights, draws this step's batches from its sources, and returns the
-    gradient of their mean loss. With one :class:`BatchSource` this is an organisation;
-    with a :class:`GhostBatchSource` (or several sources) it is the centralized trainer,
-    whose batch is a concatenation of ghost batches, each normalised by its own BatchNorm
-    statistics.
+    With one organisation's stream this is an organisation; with a stream of ghost batches
+    over the pooled corpus it is the centralized trainer.
     """
-
-    kind = UpdateKind.GRADIENTS
 
     def __init__(
         self,
         client_id: str,
+        family: ModelFamily,
         model: nn.Module,
-        sources: Sequence[BatchSource | GhostBatchSource],
-        validation: sp.csr_matrix | None = None,
+        stream: BatchStream,
+        validation: Any = None,
         validation_seed: int = 0,
     ) -> None:
-        if not sources:
-            raise ValueError(f"client '{client_id}' has no data")
-        self.client_id = client_id
+        self.client_id = self.name = client_id  # ``name``: a client can also be an engine's endpoint
+        self.family = family
         self.model = model
-        self.sources = list(sources)
-        self.validation = None if validation is None else validation.tocsr().astype(np.float32)
+        self.stream = stream
+        self.validation = validation
         self.validation_seed = validation_seed
+        self.shared = family.shared_names(model)
+        self.next_round = 0
 
     def handle(self, instruction: Instruction) -> Update:
         if instruction.config.get("action") == EVALUATE:
             return self.evaluate(instruction)
-        load_parameters(self.model, instruction.state)
-        self.model.train()
-        self.model.zero_grad(set_to_none=True)
-        parts = [self.model.loss_on_batch(batch, noise) for s in self.sources for batch, noise in s.next_batches()]
-        n = sum(p.n for p in parts)
-        loss = sum(p.loss * (p.n / n) for p in parts)
-        loss.backward()
-        # Fresh tensors every round (zero_grad(set_to_none=True) above), so no copy is needed.
-        grads = {name: p.grad.detach() for name, p in self.model.named_parameters()}
-        weights = [p.n for p in parts]
-        stats = weighted_mean([p.statistics for p in parts], weights)
-        metrics = {
-            "loss": float(loss.detach()),
-            "kl": float(sum(p.kl * (p.n / n) for p in parts)),
-            "reconstruction": float(sum(p.reconstruction * (p.n / n) for p in parts)),
-        }
-        return Update(self.client_id, self.kind, grads, n, statistics=stats, metrics=metrics)
+        self.catch_up(instruction.round)
+        self.load_shared(instruction.state)
+        step = self.family.local_step(self.model, self.stream)
+        self.next_round = instruction.round + 1
+        return Update(
+            self.client_id,
+            self.family.update_kind,
+            step.tensors,
+            step.num_examples,
+            row_indices=step.row_indices,
+            statistics=step.statistics,
+            metrics=step.losses,
+        )
 
-    def skip(self, rounds: int) -> None:
-        """Advance the batch and noise streams by ``rounds`` without sending anything.
-
-        A client rebuilt from scratch (a resumed run) calls it to rejoin at the round it is
-        asked for with the streams an uninterrupted client would have: the draws depend on
-        the batch shapes only, so a forward pass without gradients replays them exactly.
-        """
-        self.model.train()
+    def load_shared(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy the broadcast shared parameters into the local model."""
+        params = dict(self.model.named_parameters())
         with torch.no_grad():
-            for _ in range(rounds):
-                for source in self.sources:
-                    for batch, noise in source.next_batches():
-                        self.model.loss_on_batch(batch, noise)
+            for name in self.shared:
+                params[name].copy_(state[name])
+
+    def catch_up(self, round_: int) -> None:
+        """Rejoin at ``round_``: a client rebuilt from scratch (a resumed run, a restarted node)
+        replays its streams to where an uninterrupted client would be. The draws depend on
+        the batch shapes only, so a replay reproduces them exactly."""
+        if round_ < self.next_round:
+            raise ValueError(
+                f"client '{self.client_id}' is at round {self.next_round} and cannot go back to round {round_}"
+            )
+        if round_ > self.next_round:
+            self.family.replay(self.model, self.stream, round_ - self.next_round)
+            self.next_round = round_
 
     def evaluate(self, instruction: Instruction) -> Update:
-        """Mean validation loss of the broadcast model (weights and BatchNorm running
-        statistics) on this organisation's held-out documents; only the number leaves."""
-        if self.validation is None or self.validation.shape[0] == 0:
+        """The broadcast model's mean validation loss on this organisation's held-out
+        documents; only the number and the document count leave."""
+        if self.validation is None or self.family.rows(self.validation) == 0:
             return Update(self.client_id, UpdateKind.METRICS, {}, 0)
         self.model.load_state_dict(instruction.state)
-        device = next(self.model.parameters()).device
-        generator = torch.Generator(device=device).manual_seed(self.validation_seed)
-        total, n = 0.0, self.validation.shape[0]
-        for start in range(0, n, VALIDATION_CHUNK):
-            bow = torch.from_numpy(self.validation[start : start + VALIDATION_CHUNK].toarray()).to(device)
-            total += float(self.model.validation_loss(bow, generator).sum())
-        return Update(self.client_id, UpdateKind.METRICS, {}, n, metrics={"validation_loss": total / n})
+        loss, n = self.family.validation_loss(self.model, self.validation, self.validation_seed)
+        return Update(self.client_id, UpdateKind.METRICS, {}, n, metrics={"validation_loss": loss})
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The stream's position and the next round, as tensors (Flower keeps them between messages)."""
+        return {
+            **{f"stream.{k}": v for k, v in self.stream.state_dict().items()},
+            "next_round": torch.tensor(self.next_round, dtype=torch.int64),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.stream.load_state_dict({k.removeprefix("stream."): v for k, v in state.items() if k.startswith("stream.")})
+        self.next_round = int(state["next_round"])

@@ -1,25 +1,74 @@
-"""The in-process engine: calls each client directly (default, tests, benchmarks).
+"""The in-process engine: calls each organisation's endpoint directly (default, tests, benchmarks).
 
-The Flower app is the other engine: it carries the same Instruction/Update messages
-between processes and machines.
+An engine does two things: ask every organisation a *query* (a stage before training:
+its vocabulary proposal, its preparation) and *broadcast* a round's instruction. The
+Flower engine (``flower/engine.py``) does the same between processes and machines; both
+reach the same endpoint objects (``core/federated/site.py``), so the federation entry
+point (``core/federated/federation.py``) runs unchanged on either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from fedtopic_pipelines.core.federated.client import Client
-from fedtopic_pipelines.core.federated.messages import Instruction, Replies
+from fedtopic_pipelines.core.federated.messages import Instruction, Replies, Update
+
+logger = logging.getLogger(__name__)
+
+
+class FederationError(RuntimeError):
+    """The federation cannot go on; the message names the organisation and the stage."""
+
+
+class Endpoint(Protocol):
+    """What answers the server for one organisation."""
+
+    name: str
+
+    def query(self, action: str, payload: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def handle(self, instruction: Instruction) -> Update: ...
+
+
+class Engine(Protocol):
+    """Moves the server's queries and instructions to the organisations and back."""
+
+    def query(self, action: str, payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]: ...
+
+    def broadcast(self, instruction: Instruction) -> Replies: ...
 
 
 class InProcessEngine:
-    """Synchronous fan-out to clients living in this process; a client's exception propagates."""
+    """Synchronous fan-out to endpoints living in this process.
 
-    def __init__(self, clients: Sequence[Client]) -> None:
-        ids = [c.client_id for c in clients]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"client ids must be unique, got {ids}")
-        self.clients = list(clients)
+    As on Flower, an organisation whose endpoint raises during a round is reported as a
+    failure of that round (with the exception) and left out, and one that fails a query
+    stage stops the federation naming it.
+    """
+
+    def __init__(self, endpoints: Sequence[Endpoint]) -> None:
+        names = [e.name for e in endpoints]
+        if len(set(names)) != len(names):
+            raise ValueError(f"organisation names must be unique, got {names}")
+        self.endpoints = {e.name: e for e in endpoints}
+
+    def query(self, action: str, payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        answers = {}
+        for name, payload in payloads.items():
+            try:
+                answers[name] = self.endpoints[name].query(action, payload)
+            except Exception as exc:
+                raise FederationError(f"stage '{action}': organisation '{name}' failed: {exc}") from exc
+        return answers
 
     def broadcast(self, instruction: Instruction) -> Replies:
-        return Replies([client.handle(instruction) for client in self.clients])
+        updates, failures = [], {}
+        for name, endpoint in self.endpoints.items():
+            try:
+                updates.append(endpoint.handle(instruction))
+            except Exception as exc:  # a failed organisation is left out of the round, as on Flower
+                logger.exception("organisation '%s' failed in round %d", name, instruction.round)
+                failures[name] = f"{type(exc).__name__}: {exc}"
+        return Replies(updates, failures)

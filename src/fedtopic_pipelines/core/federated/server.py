@@ -1,21 +1,33 @@
-"""The federated server: rounds, stopping rules and the policy for rejected updates."""
+"""The federated server: rounds, validation of untrusted updates, stopping rules, checkpoints.
+
+It knows no model family. A round is: the strategy's instruction goes out through the
+engine; each reply is validated (duplicates and unknown senders first, then the
+strategy's checks for its update kind, including the example count each client declared
+when it prepared); the accepted updates are aggregated by the strategy; the clients'
+named metrics are averaged into the round's record. A rejected or failed client is
+logged and left out of that round; one bad update never ends a run, only a round with no
+usable update at all does.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import torch
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.federated.aggregation import UpdateRejected
-from fedtopic_pipelines.core.federated.messages import Instruction, Replies
+from fedtopic_pipelines.core.federated.aggregation import UpdateRejected, validate_metrics_update
+from fedtopic_pipelines.core.federated.messages import Instruction, Replies, Update
 from fedtopic_pipelines.core.federated.strategies import Strategy
 
 logger = logging.getLogger(__name__)
+
+VALIDATION_METRIC = "validation_loss"
 
 
 class Engine(Protocol):
@@ -30,9 +42,9 @@ class NoUsableUpdates(RuntimeError):
 
 @dataclass(frozen=True)
 class StoppingRule:
-    """Stop after ``max_rounds``, when the relative weight change falls below ``tolerance``,
-    or (when ``validation_every`` is set) after ``patience`` validations without a lower
-    validation loss; then the weights with the lowest validation loss are restored."""
+    """Stop after ``max_rounds``, when the strategy's convergence measure falls below
+    ``tolerance``, or (when ``validation_every`` is set) after ``patience`` validations
+    without a lower validation loss; then the weights with the lowest validation loss are restored."""
 
     max_rounds: int
     tolerance: float = 0.0
@@ -42,31 +54,55 @@ class StoppingRule:
 
 @dataclass
 class RoundRecord:
-    """What happened in one round, for histories and MLflow."""
+    """What happened in one round, for histories and MLflow.
+
+    ``metrics`` are the clients' named metrics (a family's loss terms: ``loss``, and for
+    ProdLDA ``kl`` and ``reconstruction``) averaged with the accepted updates' example
+    counts, plus the strategy's convergence measure when it was computed.
+    """
 
     round: int
-    loss: float
-    kl: float
-    reconstruction: float
-    relative_change: float
+    metrics: dict[str, float]
     num_examples: int
     client_loss: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     validation_loss: float | None = None
 
+    @property
+    def loss(self) -> float:
+        return self.metrics.get("loss", math.nan)
 
-def _norm(tensors: dict[str, torch.Tensor]) -> float:
-    return math.sqrt(sum(float(torch.linalg.vector_norm(t)) ** 2 for t in tensors.values()))
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> RoundRecord:
+        return cls(**raw)
 
 
 class FederatedServer:
-    """Runs rounds of instruction -> replies -> validation -> aggregation until a stop rule fires."""
+    """Runs rounds of instruction -> replies -> validation -> aggregation until a stop rule fires.
 
-    def __init__(self, strategy: Strategy, stopping: StoppingRule, name: str = "federated") -> None:
+    ``capacity`` maps each client to the most examples one of its updates may claim (what
+    it declared when it prepared: its training documents, capped by the family's batch);
+    ``validation_capacity`` likewise for validation replies. A client not in ``capacity``
+    is unknown and its updates are rejected. ``None`` checks no counts (unit tests).
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        stopping: StoppingRule,
+        name: str = "federated",
+        capacity: Mapping[str, int] | None = None,
+        validation_capacity: Mapping[str, int] | None = None,
+    ) -> None:
         self.strategy = strategy
         self.stopping = stopping
         self.name = name
+        self.capacity = None if capacity is None else dict(capacity)
+        self.validation_capacity = None if validation_capacity is None else dict(validation_capacity)
         self.history: list[RoundRecord] = []
         self.stopped_early = False
         self.next_round = 0
@@ -75,40 +111,51 @@ class FederatedServer:
         self.best_state: dict[str, torch.Tensor] | None = None
         self.waited = 0
 
+    def _screen(
+        self, updates: list[Update], round_: int, check: Callable[[Update, int | None], None], limits
+    ) -> tuple[list[Update], dict[str, str]]:
+        """The updates that pass ``check``; the others by client with the reason (logged)."""
+        ids = Counter(getattr(u, "client_id", "?") for u in updates)
+        accepted, rejected = [], {}
+        for update in updates:
+            cid = str(getattr(update, "client_id", "?"))
+            try:
+                if ids[cid] > 1:
+                    raise UpdateRejected(cid, f"{ids[cid]} updates in one round from the same client; all left out")
+                if limits is not None and cid not in limits:
+                    raise UpdateRejected(cid, f"not a client of this federation (known: {sorted(limits)})")
+                check(update, None if limits is None else limits[cid])
+                accepted.append(update)
+            except UpdateRejected as exc:
+                rejected[exc.client_id] = exc.reason
+            except Exception as exc:  # a check that breaks on a malformed value must not end the run
+                rejected[cid] = f"could not be validated: {type(exc).__name__}: {exc}"
+        for cid, reason in rejected.items():
+            logger.warning("%s round %d: update from client '%s' rejected: %s", self.name, round_, cid, reason)
+        return accepted, rejected
+
     def run_round(self, engine: Engine, round_: int) -> RoundRecord:
         """One synchronous round; rejected or failed clients are logged and left out."""
         replies = engine.broadcast(self.strategy.instruction(round_))
-        accepted, rejected = [], {}
-        for update in replies.updates:
-            try:
-                self.strategy.validate(update)
-                accepted.append(update)
-            except UpdateRejected as exc:
-                logger.warning("%s round %d: %s", self.name, round_, exc)
-                rejected[exc.client_id] = exc.reason
+        accepted, rejected = self._screen(list(replies.updates), round_, self.strategy.validate, self.capacity)
         for client, reason in replies.failures.items():
             logger.warning("%s round %d: client '%s' failed: %s", self.name, round_, client, reason)
         if not accepted:
             raise NoUsableUpdates(
                 f"{self.name} round {round_}: no usable update (rejected {rejected}, failed {replies.failures})"
             )
-        before = {k: v.clone() for k, v in self.strategy.parameters().items()}
-        self.strategy.aggregate(accepted)
-        after = self.strategy.parameters()
-        change = _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
+        measure = self.stopping.tolerance > 0
+        server_metrics = self.strategy.aggregate(accepted, measure)
         n = sum(u.num_examples for u in accepted)
-
-        def mean(metric: str) -> float:
-            return sum(u.metrics.get(metric, float("nan")) * u.num_examples for u in accepted) / n
-
+        names = list(dict.fromkeys(name for u in accepted for name in u.metrics))
+        metrics = {
+            name: sum(float(u.metrics.get(name, math.nan)) * u.num_examples for u in accepted) / n for name in names
+        }
         return RoundRecord(
             round=round_,
-            loss=mean("loss"),
-            kl=mean("kl"),
-            reconstruction=mean("reconstruction"),
-            relative_change=change,
+            metrics={**metrics, **server_metrics},
             num_examples=n,
-            client_loss={u.client_id: u.metrics.get("loss", float("nan")) for u in accepted},
+            client_loss={u.client_id: float(u.metrics.get("loss", math.nan)) for u in accepted},
             rejected=rejected,
             failed=dict(replies.failures),
         )
@@ -117,31 +164,21 @@ class FederatedServer:
         """Mean validation loss over the clients' held-out documents, weighted by their number.
 
         Clients without validation documents answer with zero examples and are left out; a
-        non-finite answer is logged and left out, as a rejected update is.
+        malformed or non-finite answer is logged and left out, as a rejected update is.
         """
         replies = engine.broadcast(self.strategy.evaluation_instruction(round_))
-        total, n = 0.0, 0
-        for update in replies.updates:
-            value = update.metrics.get("validation_loss", float("nan"))
-            if update.num_examples == 0:
-                continue
-            if not math.isfinite(value) or update.num_examples < 0:
-                logger.warning(
-                    "%s round %d: client '%s' sent validation loss %r on %d documents; left out",
-                    self.name,
-                    round_,
-                    update.client_id,
-                    value,
-                    update.num_examples,
-                )
-                continue
-            total += value * update.num_examples
-            n += update.num_examples
+
+        def check(update: Update, capacity: int | None) -> None:
+            validate_metrics_update(update, capacity, VALIDATION_METRIC)
+
+        accepted, _ = self._screen(list(replies.updates), round_, check, self.validation_capacity)
         for client, reason in replies.failures.items():
             logger.warning("%s round %d: client '%s' failed validation: %s", self.name, round_, client, reason)
+        counted = [u for u in accepted if u.num_examples > 0]
+        n = sum(u.num_examples for u in counted)
         if n == 0:
             raise NoUsableUpdates(f"{self.name} round {round_}: no client returned a usable validation loss")
-        return total / n
+        return sum(float(u.metrics[VALIDATION_METRIC]) * u.num_examples for u in counted) / n
 
     def run(
         self,
@@ -151,9 +188,10 @@ class FederatedServer:
     ) -> list[RoundRecord]:
         """All rounds from :attr:`next_round` on; returns (and keeps) the per-round history.
 
-        ``on_round_end`` is called after every round (the Flower app writes checkpoints there).
+        ``on_round_end`` is called after every round (checkpoints are written there).
         """
         every, patience = self.stopping.validation_every, self.stopping.patience
+        convergence = self.strategy.convergence_metric
         bar = tqdm(
             total=self.stopping.max_rounds,
             initial=self.next_round,
@@ -168,13 +206,14 @@ class FederatedServer:
             self.history.append(record)
             self.next_round = round_ + 1
             bar.update(1)
-            if round_ % 50 == 0:
-                bar.set_postfix(loss=f"{record.loss:.1f}")
-            if self.stopping.tolerance > 0 and record.relative_change < self.stopping.tolerance:
+            bar.set_postfix(loss=f"{record.loss:.1f}", refresh=False)
+            change = record.metrics.get(convergence) if convergence else None
+            if self.stopping.tolerance > 0 and change is not None and change < self.stopping.tolerance:
                 logger.info(
-                    "%s: relative weight change %.2e < tolerance %.2e at round %d; stopping",
+                    "%s: %s %.2e < tolerance %.2e at round %d; stopping",
                     self.name,
-                    record.relative_change,
+                    convergence,
+                    change,
                     self.stopping.tolerance,
                     round_,
                 )
@@ -190,7 +229,7 @@ class FederatedServer:
                     )
                 else:
                     self.waited += 1
-                bar.set_postfix(loss=f"{record.loss:.1f}", val=f"{record.validation_loss:.1f}")
+                bar.set_postfix(loss=f"{record.loss:.1f}", val=f"{record.validation_loss:.1f}", refresh=False)
                 if self.waited >= patience:
                     logger.info(
                         "%s: no lower validation loss in %d validations; stopping at round %d, keeping round %d "
@@ -209,19 +248,31 @@ class FederatedServer:
             self.strategy.restore(self.best_state)
         return self.history
 
+    @property
+    def finished(self) -> bool:
+        return self.stopped_early or self.next_round >= self.stopping.max_rounds
+
     def checkpoint(self) -> dict[str, Any]:
-        """Everything a restarted server needs to go on at :attr:`next_round` as if never stopped."""
+        """Everything a restarted server needs to go on at :attr:`next_round` as if never stopped
+        (tensors and plain values only: :mod:`fedtopic_pipelines.core.persist` stores it)."""
         return {
             "next_round": self.next_round,
-            "history": list(self.history),
+            "history": [r.to_dict() for r in self.history],
             "stopped_early": self.stopped_early,
-            "best": (self.best_loss, self.best_state, self.waited, self.best_round),
+            "best": {
+                "loss": self.best_loss,
+                "state": self.best_state,
+                "waited": self.waited,
+                "round": self.best_round,
+            },
             "strategy": self.strategy.state_dict(),
         }
 
-    def resume(self, checkpoint: dict[str, Any]) -> None:
+    def resume(self, checkpoint: Mapping[str, Any]) -> None:
         self.next_round = int(checkpoint["next_round"])
-        self.history = list(checkpoint["history"])
+        self.history = [RoundRecord.from_dict(r) for r in checkpoint["history"]]
         self.stopped_early = bool(checkpoint["stopped_early"])
-        self.best_loss, self.best_state, self.waited, self.best_round = checkpoint["best"]
+        best = checkpoint["best"]
+        self.best_loss, self.best_state = float(best["loss"]), best["state"]
+        self.waited, self.best_round = int(best["waited"]), best["round"]
         self.strategy.load_state_dict(checkpoint["strategy"])

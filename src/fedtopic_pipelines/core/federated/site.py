@@ -1,12 +1,17 @@
-"""One organisation's side of a federation that runs across processes (the Flower engine).
+"""An organisation's side of a federation: the one place where its documents are touched.
 
-In process, the Kedro catalog hands every organisation's matrix to ``train_scenarios``. On
-Flower, each site holds only its own data and takes the same steps itself, with the same
-functions: it preprocesses its raw documents (``preprocess_shards``, cached on its disk),
-proposes its vocabulary (``propose_terms``), vectorises against the common one
-(``vectorize_frames``), holds out validation documents (``hold_out_one``), and answers
-training rounds as the ``GradientClient`` that the in-process engine builds for the
-organisation at the same index. Only term counts, sizes, gradients and metrics leave it.
+:class:`Site` holds the steps an organisation takes on its own data, the same on every
+engine: preprocess its documents (term counts stay inside), propose its vocabulary (only
+its top-N terms and their counts leave), vectorise against the common vocabulary, hold
+out validation documents, and build its client. The Kedro per-organisation nodes call
+these methods on catalog data; on Flower the ClientApp calls them through a
+:class:`FolderEndpoint`, which keeps the results in the organisation's private cache.
+
+An *endpoint* answers the server for one organisation on either engine: queries before
+training (``hello``, ``vocabulary``, ``prepare``) and then each round's instruction.
+:class:`MemoryEndpoint` holds data already prepared in this process (the Kedro train
+node, the synthetic experiment); :class:`PooledEndpoint` is the centralized scenario's
+trusted server holding every organisation's documents.
 """
 
 from __future__ import annotations
@@ -15,20 +20,232 @@ import hashlib
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
+import torch
 
-from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig
-from fedtopic_pipelines.core.federated.client import GradientClient
-from fedtopic_pipelines.core.training import hold_out_one, organisation_client, resolve_device
+from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig, from_mapping
+from fedtopic_pipelines.core.families import get_family
+from fedtopic_pipelines.core.federated.batching import derive_seed
+from fedtopic_pipelines.core.federated.client import FamilyClient
+from fedtopic_pipelines.core.federated.family import ModelFamily
+from fedtopic_pipelines.core.federated.messages import Instruction, Update
 
 # Text processing (pandas, pyarrow, nltk: seconds of imports) is imported only by the stages
 # that need it, not by training messages: a Flower ClientApp may be a fresh process per message.
 
 logger = logging.getLogger(__name__)
+
+HELLO, VOCABULARY, PREPARE = "hello", "vocabulary", "prepare"
+POOLED_STREAM = 1000  # the centralized trainer's seed stream (organisations use their index)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` means CUDA when available, CPU otherwise."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("parameter 'train.device' is 'cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+def hold_out_one(
+    name: str, data: Any, fraction: float, seed: int, index: int, family: ModelFamily | None = None
+) -> tuple[Any, Any]:
+    """The organisation at ``index`` keeps ``fraction`` of its documents aside (seeded) for
+    validation; returns (training, held-out). At least 2 are held out (BatchNorm statistics
+    need 2 documents), and at least 2 must be left to train on. ``family`` says how to count
+    and select documents of its data; without it, ``data`` is a matrix of one row per document."""
+    rows = family.rows(data) if family else int(data.shape[0])
+    order = np.random.default_rng(derive_seed(seed, 3000, index)).permutation(rows)
+    n_held = max(2, round(rows * fraction))
+    if rows - n_held < 2:
+        raise ValueError(
+            f"organisation '{name}' has {rows} training documents: too few to hold out "
+            f"'train.validation_fraction' = {fraction} and keep 2 for training"
+        )
+    fit, held = np.sort(order[n_held:]), np.sort(order[:n_held])
+    if family is None:
+        return data[fit], data[held]
+    return family.select(data, fit), family.select(data, held)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An organisation's training data over the common vocabulary, and its held-out part."""
+
+    train: Any
+    validation: Any
+
+
+class Site:
+    """One organisation's own steps (see the module docstring); ``name`` is for messages
+    (a Kedro node inside a namespace need not know it)."""
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+
+    def preprocess(self, raw, config: PreprocessConfig):
+        """Tokens (stay inside), training-split term counts (stay inside) and a report."""
+        from fedtopic_pipelines.core.text.preprocess import preprocess_shards
+
+        return preprocess_shards(raw, config)
+
+    def propose(self, term_counts: Mapping[str, int], consensus: ConsensusConfig) -> dict[str, int]:
+        """What leaves the organisation for the vocabulary: its top-N terms above the count T."""
+        from fedtopic_pipelines.core.vocab.consensus import propose_terms
+
+        proposal = propose_terms(term_counts, consensus.top_n, consensus.min_count)
+        if self.name:
+            logger.info("organisation %s proposes %d terms", self.name, len(proposal))
+        return proposal
+
+    def vectorise(self, tokens, terms: Sequence[str]):
+        """Its documents as a bag of words over the common vocabulary, and a report."""
+        from fedtopic_pipelines.core.ingest.common import iter_frames
+        from fedtopic_pipelines.core.vocab.consensus import vectorize_frames
+
+        return vectorize_frames(iter_frames(tokens), list(terms))
+
+    def prepare(self, family: ModelFamily, train: Any, config: TrainConfig, index: int) -> Prepared:
+        """The training data minus the validation documents it holds out (when validating)."""
+        if config.validation_fraction > 0:
+            fit, held = hold_out_one(self.name, train, config.validation_fraction, config.seed, index, family)
+            return Prepared(fit, held)
+        family.validate_data(self.name, train)
+        return Prepared(train, None)
+
+    def client(
+        self,
+        family: ModelFamily,
+        prepared: Prepared,
+        config: TrainConfig,
+        vocab_size: int,
+        stream: int,
+        ghosts: int | None = None,
+    ) -> FamilyClient:
+        """The client of seed stream ``stream`` (an organisation's index): its seeds depend on
+        that number only, so both engines build the same client for the same organisation."""
+        device = resolve_device(config.device)
+        model = family.create_model(vocab_size, config, device)
+        batches = family.stream(prepared.train, config, derive_seed(config.seed, stream), device, ghosts)
+        return FamilyClient(
+            self.name, family, model, batches, prepared.validation, derive_seed(config.seed, 2000, stream)
+        )
+
+
+def prepare_reply(family: ModelFamily, prepared: Prepared, report: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What an organisation declares when it has prepared: its document counts (the server caps
+    every later update's example count by them), plus a flat report."""
+    reply: dict[str, Any] = {
+        "train_rows": family.rows(prepared.train),
+        "validation_rows": 0 if prepared.validation is None else family.rows(prepared.validation),
+    }
+    reply.update(report or {})
+    return reply
+
+
+class Endpoint:
+    """Answers the server for one organisation: queries, then the rounds' instructions."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.name = site.name
+        self.client: FamilyClient | None = None
+
+    def query(self, action: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        if action == HELLO:
+            return {"organisation": self.name, "documents": self.documents()}
+        if action == VOCABULARY:
+            preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
+            consensus = from_mapping(ConsensusConfig, payload.get("vocab_consensus"), "vocab_consensus")
+            proposal = self.proposal(preprocess, consensus)
+            return {"terms": list(proposal), "counts": [int(c) for c in proposal.values()]}
+        if action == PREPARE:
+            return self.prepare(payload)
+        raise ValueError(f"organisation '{self.name}' cannot answer the query '{action}'")
+
+    def prepare(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        config = TrainConfig.from_params(payload["train"])
+        terms = list(payload["terms"])
+        family = get_family(config.model.family)
+        data, report = self.training_data(family, terms, payload)
+        prepared = self.site.prepare(family, data, config, int(payload["index"]))
+        self.client = self.site.client(family, prepared, config, len(terms), int(payload["index"]))
+        return prepare_reply(family, prepared, report)
+
+    def handle(self, instruction: Instruction) -> Update:
+        if self.client is None:
+            raise RuntimeError(f"organisation '{self.name}' got round {instruction.round} before 'prepare'")
+        return self.client.handle(instruction)
+
+    # what differs between endpoints: where the data comes from
+    def documents(self) -> int:
+        raise NotImplementedError
+
+    def proposal(self, preprocess: PreprocessConfig, consensus: ConsensusConfig) -> dict[str, int]:
+        raise NotImplementedError(f"organisation '{self.name}' holds no term counts to propose from")
+
+    def training_data(self, family: ModelFamily, terms: list[str], payload: Mapping[str, Any]) -> tuple[Any, dict]:
+        raise NotImplementedError
+
+
+class MemoryEndpoint(Endpoint):
+    """An organisation whose training data (over the common vocabulary) is already in memory."""
+
+    def __init__(self, name: str, train: Any, term_counts: Mapping[str, int] | None = None) -> None:
+        super().__init__(Site(name))
+        self.train = train
+        self.term_counts = term_counts
+
+    def documents(self) -> int:
+        return int(self.train.shape[0])
+
+    def proposal(self, preprocess: PreprocessConfig, consensus: ConsensusConfig) -> dict[str, int]:
+        if self.term_counts is None:
+            return super().proposal(preprocess, consensus)
+        return self.site.propose(self.term_counts, consensus)
+
+    def training_data(self, family: ModelFamily, terms: list[str], payload: Mapping[str, Any]) -> tuple[Any, dict]:
+        width = int(self.train.shape[1])
+        if width != len(terms):
+            raise ValueError(f"organisation '{self.name}' has data over {width} terms, the vocabulary has {len(terms)}")
+        return self.train, {}
+
+
+class PooledEndpoint(Endpoint):
+    """The centralized scenario's trusted server: every organisation's training documents,
+    split as each organisation would split them, pooled, and drawn as ghost batches (one
+    per organisation and step, each normalised apart: docs/batchnorm.md)."""
+
+    def __init__(self, name: str, organisations: Mapping[str, Any]) -> None:
+        super().__init__(Site(name))
+        self.organisations = dict(organisations)
+
+    def documents(self) -> int:
+        return sum(int(m.shape[0]) for m in self.organisations.values())
+
+    def prepare(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        config = TrainConfig.from_params(payload["train"])
+        terms = list(payload["terms"])
+        family = get_family(config.model.family)
+        parts = [
+            Site(org).prepare(family, data, config, index)
+            for index, (org, data) in enumerate(self.organisations.items())
+        ]
+        validate = config.validation_fraction > 0
+        prepared = Prepared(
+            family.concatenate([p.train for p in parts]),
+            family.concatenate([p.validation for p in parts]) if validate else None,
+        )
+        ghosts = len(parts)
+        self.client = self.site.client(family, prepared, config, len(terms), POOLED_STREAM, ghosts=ghosts)
+        return {**prepare_reply(family, prepared), "ghosts": ghosts}
 
 
 def _digest(*parts: Any) -> str:
@@ -50,46 +267,37 @@ def read_raw(path: Path):
     raise CorpusError(f"organisation data '{path}' is neither a folder of Parquet shards nor a .parquet file")
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A site's training data over the common vocabulary."""
-
-    train: sp.csr_matrix
-    validation: sp.csr_matrix | None
-    report: dict[str, Any]
-
-
-class Site:
-    """An organisation's data folder plus a private cache on its own disk."""
+class FolderEndpoint(Endpoint):
+    """An organisation's node on another machine (the Flower ClientApp): its raw documents in a
+    folder, and a private cache on its own disk for tokens and bags of words, computed once
+    per data and parameters. Everything computed from its documents stays in that cache."""
 
     def __init__(self, name: str, data_path: Path, cache_dir: Path) -> None:
-        self.name = name
+        super().__init__(Site(name))
         self.data_path = Path(data_path)
         self.cache_dir = Path(cache_dir)
         self.shards = sorted(self.data_path.glob("*.parquet")) if self.data_path.is_dir() else [self.data_path]
 
-    @property
-    def raw(self):
-        return read_raw(self.data_path)
+    def documents(self) -> int:
+        return len(read_raw(self.data_path))
 
     def fingerprint(self) -> list:
         """What the cached results depend on: every shard's name, size and modification time."""
         return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in self.shards if p.exists()]
 
     def _tokens_dir(self, config: PreprocessConfig) -> Path:
-        return self.cache_dir / f"tokens-{_digest(self.name, self.fingerprint(), asdict(config))}"
+        return self.cache_dir / f"tokens-{_digest(self.name, self.fingerprint(), config.to_params())}"
 
-    def preprocess(self, config: PreprocessConfig):
-        """Tokens (a ``ShardedTable``) and training-split term counts, computed once per data and parameters."""
+    def preprocessed(self, config: PreprocessConfig):
+        """Tokens (a ``ShardedTable``) and training-split term counts, from the cache or computed once."""
         from fedtopic_pipelines.core.ingest.common import ShardedTable
-        from fedtopic_pipelines.core.text.preprocess import preprocess_shards
 
         folder = self._tokens_dir(config)
         done = folder / "term_counts.json"
         if done.is_file():
             logger.info("site %s: preprocessed tokens from the cache %s", self.name, folder)
             return ShardedTable.from_directory(folder), json.loads(done.read_text())
-        result = preprocess_shards(self.raw, config)
+        result = self.site.preprocess(read_raw(self.data_path), config)
         staging = folder.with_name(folder.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -103,40 +311,39 @@ class Site:
         return ShardedTable.from_directory(folder), result.term_counts
 
     def proposal(self, preprocess: PreprocessConfig, consensus: ConsensusConfig) -> dict[str, int]:
-        """This organisation's vocabulary proposal: its top-N terms and their counts."""
-        from fedtopic_pipelines.core.vocab.consensus import propose_terms
+        _, counts = self.preprocessed(preprocess)
+        return self.site.propose(counts, consensus)
 
-        _, counts = self.preprocess(preprocess)
-        return propose_terms(counts, consensus.top_n, consensus.min_count)
-
-    def prepare(self, preprocess: PreprocessConfig, terms: list[str], config: TrainConfig, index: int) -> Prepared:
-        """The training split over ``terms`` (cached), minus the validation documents held out."""
+    def training_data(self, family: ModelFamily, terms: list[str], payload: Mapping[str, Any]) -> tuple[Any, dict]:
+        """The training split over ``terms`` (cached as a scipy .npz: no pickle)."""
+        preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
         tokens_dir = self._tokens_dir(preprocess)
         path = self.cache_dir / f"bow-{_digest(tokens_dir.name, terms)}.npz"
         report_path = path.with_suffix(".json")
         if not (path.is_file() and report_path.is_file()):
-            from fedtopic_pipelines.core.vocab.consensus import vectorize_frames
-
-            tokens, _ = self.preprocess(preprocess)
-            bow, report = vectorize_frames(tokens.frames(), terms)
+            tokens, _ = self.preprocessed(preprocess)
+            bow, report = self.site.vectorise(tokens, terms)
             partial = path.with_name(path.stem + ".partial.npz")
             sp.save_npz(partial, bow.subset("train").matrix)
             report_path.write_text(json.dumps(report))
             partial.rename(path)
-        report = json.loads(report_path.read_text())
-        train = sp.load_npz(path).tocsr()
-        validation = None
-        if config.validation_fraction > 0:
-            train, validation = hold_out_one(self.name, train, config.validation_fraction, config.seed, index)
-        return Prepared(train, validation, {**report, "train_rows": int(train.shape[0])})
+        dropped = json.loads(report_path.read_text()).get("dropped_no_vocabulary_term", {})
+        report = {f"dropped_no_vocabulary_term_{split}": int(dropped.get(split, 0)) for split in ("train", "test")}
+        return sp.load_npz(path).tocsr(), report
 
-    def client(self, prepared: Prepared, config: TrainConfig, index: int) -> GradientClient:
-        """The same client the in-process engine builds for the organisation at ``index``."""
-        if prepared.train.shape[0] < 2:
-            raise ValueError(
-                f"organisation '{self.name}' has {prepared.train.shape[0]} training document(s) with words of the "
-                "common vocabulary; training needs at least 2 (BatchNorm)"
-            )
-        return organisation_client(
-            self.name, index, prepared.train, prepared.validation, config, resolve_device(config.device)
-        )
+
+def run_sites(raw: Mapping[str, Any], preprocess: PreprocessConfig, consensus: ConsensusConfig):
+    """Every organisation's steps in one process, as the Kedro pipelines chain them: preprocess,
+    propose, merge (the server's part), vectorise. Returns the common vocabulary and each
+    organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests)."""
+    from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
+
+    sites = {org: Site(org) for org in raw}
+    results = {org: sites[org].preprocess(table, preprocess) for org, table in raw.items()}
+    proposals = {org: sites[org].propose(results[org].term_counts, consensus) for org in raw}
+    vocabulary = merge_vocabularies(proposals, consensus.merge)
+    terms = vocabulary["term"].tolist()
+    bows = {org: sites[org].vectorise(results[org].tokens, terms)[0] for org in raw}
+    for result in results.values():
+        result.tokens.discard()
+    return vocabulary, bows

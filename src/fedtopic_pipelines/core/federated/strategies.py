@@ -1,18 +1,26 @@
-"""Server-side strategies: turn accepted updates into the next global state.
+"""Server-side strategies: they own the global model and turn accepted updates into its next state.
 
-A strategy owns the global model. Adding a family means adding a strategy (and a
-client) that accepts another :class:`UpdateKind`; the server and engines stay as they are.
+A strategy decides what the server broadcasts, how an update of its kind is validated,
+which reducer aggregates the accepted updates, and what convergence measure (if any)
+the stopping rule may read. The server around it is the same for every family.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from fedtopic_pipelines.core.config import OptimizerConfig
-from fedtopic_pipelines.core.federated.aggregation import UpdateRejected, validate_update, weighted_mean
+from fedtopic_pipelines.core.federated.aggregation import (
+    TensorSpec,
+    UpdateRejected,
+    validate_update,
+    weighted_mean,
+)
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
 
 
@@ -20,24 +28,23 @@ class Strategy(Protocol):
     """What :class:`~fedtopic_pipelines.core.federated.server.FederatedServer` needs."""
 
     kind: UpdateKind
+    convergence_metric: str | None  # the name aggregate() gives its convergence measure, if it has one
 
     def instruction(self, round_: int) -> Instruction: ...
 
-    def validate(self, update: Update) -> None: ...
-
-    def aggregate(self, updates: list[Update]) -> None: ...
-
-    def parameters(self) -> dict[str, torch.Tensor]: ...
-
     def evaluation_instruction(self, round_: int) -> Instruction: ...
+
+    def validate(self, update: Update, capacity: int | None) -> None: ...
+
+    def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]: ...
 
     def snapshot(self) -> dict[str, torch.Tensor]: ...
 
     def restore(self, state: dict[str, torch.Tensor]) -> None: ...
 
-    def state_dict(self) -> dict: ...
+    def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def make_optimizer(params, config: OptimizerConfig) -> torch.optim.Optimizer:
@@ -47,27 +54,78 @@ def make_optimizer(params, config: OptimizerConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=config.lr)
 
 
+class BatchStatistics:
+    """Batch statistics that clients send beside their gradients (BatchNorm means and variances).
+
+    The model declares them (``statistics_shapes``) and folds their weighted mean into its
+    running estimates (``apply_statistics``). A variance of 0 or below, or a value beyond
+    the limits, is rejected: one client's ``1e30`` mean or zero variance would otherwise
+    enter the running estimates that evaluation normalises with, and the model would give
+    every document the same topic mix while the training loss looks normal. The limits
+    are far beyond what a real batch produces (docs/architecture.md says how they were chosen).
+    """
+
+    MEAN_LIMIT = 1e6
+    VARIANCE_LIMIT = 1e12
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        dtype = next(model.parameters()).dtype
+        self.specs = {name: TensorSpec(tuple(shape), dtype) for name, shape in model.statistics_shapes().items()}
+
+    def check(self, update: Update) -> None:
+        for name, value in update.statistics.items():
+            if name.endswith(".var"):
+                if bool((value <= 0).any()):
+                    raise UpdateRejected(update.client_id, f"statistic '{name}' has a variance <= 0")
+                if bool((value > self.VARIANCE_LIMIT).any()):
+                    raise UpdateRejected(update.client_id, f"statistic '{name}' exceeds {self.VARIANCE_LIMIT:g}")
+            elif bool((value.abs() > self.MEAN_LIMIT).any()):
+                raise UpdateRejected(update.client_id, f"statistic '{name}' exceeds {self.MEAN_LIMIT:g} in magnitude")
+
+    def apply(self, statistics: dict[str, torch.Tensor]) -> None:
+        self.model.apply_statistics(statistics)
+
+
+def _norm(tensors: Mapping[str, torch.Tensor]) -> float:
+    return math.sqrt(sum(float(torch.linalg.vector_norm(t)) ** 2 for t in tensors.values()))
+
+
 class FedSGD:
     """Synchronous per-mini-batch gradient averaging (gFedNTM eq. 1-3, Algorithm 1).
 
-    The server averages client gradients weighted by mini-batch size (eq. 2) and takes
-    one optimizer step per round; it also folds the clients' BatchNorm batch statistics,
-    averaged with the same weights, into the model's running estimates.
+    The server averages the clients' gradients of the shared parameters weighted by
+    mini-batch size (eq. 2) and takes one optimizer step per round (eq. 3, Adam by default);
+    with :class:`BatchStatistics` it also averages the clients' batch statistics with the
+    same weights into the model's running estimates. Its convergence measure, computed only
+    when the stopping rule asks for it, is the relative change of the shared parameters.
     """
 
     kind = UpdateKind.GRADIENTS
+    convergence_metric = "relative_change"
 
-    def __init__(self, model: nn.Module, optimizer: OptimizerConfig) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerConfig,
+        statistics: BatchStatistics | None = None,
+        shared: Sequence[str] | None = None,
+    ) -> None:
         self.model = model
-        self.optimizer = make_optimizer(model.parameters(), optimizer)
-        self._shapes = {name: p.shape for name, p in model.named_parameters()}
-        self._stat_shapes = model.statistics_shapes() if hasattr(model, "statistics_shapes") else None
+        self.params = {n: p for n, p in model.named_parameters() if shared is None or n in shared}
+        self.optimizer = make_optimizer(list(self.params.values()), optimizer)
+        self.statistics = statistics
+        self._specs = {name: TensorSpec.of(p) for name, p in self.params.items()}
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """The shared parameters: what is broadcast and what the gradients are of."""
+        return {name: p.detach() for name, p in self.params.items()}
 
     def instruction(self, round_: int) -> Instruction:
         return Instruction(round_, self.parameters(), {"action": self.kind.value})
 
     def evaluation_instruction(self, round_: int) -> Instruction:
-        """Ask clients to validate the global model: weights *and* BatchNorm running statistics."""
+        """Ask clients to validate the global model: weights *and* running statistics."""
         return Instruction(round_, self.snapshot(), {"action": EVALUATE})
 
     def snapshot(self) -> dict[str, torch.Tensor]:
@@ -77,29 +135,33 @@ class FedSGD:
     def restore(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Model and server optimizer state (Adam moments included), for checkpoints."""
         return {"model": self.snapshot(), "optimizer": self.optimizer.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
-    def parameters(self) -> dict[str, torch.Tensor]:
-        return {name: p.detach() for name, p in self.model.named_parameters()}
+    def validate(self, update: Update, capacity: int | None) -> None:
+        validate_update(
+            update, self.kind, self._specs, None if self.statistics is None else self.statistics.specs, capacity
+        )
+        if self.statistics is not None:
+            self.statistics.check(update)
 
-    def validate(self, update: Update) -> None:
-        validate_update(update, self.kind, self._shapes, self._stat_shapes)
-        for name, value in update.statistics.items():
-            if name.endswith(".var") and bool((value < 0).any()):
-                raise UpdateRejected(update.client_id, f"statistic '{name}' has a negative variance")
-
-    def aggregate(self, updates: list[Update]) -> None:
+    def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         weights = [u.num_examples for u in updates]
         grads = weighted_mean([u.tensors for u in updates], weights)
+        before = {k: p.detach().clone() for k, p in self.params.items()} if measure else None
         self.optimizer.zero_grad(set_to_none=True)
-        for name, param in self.model.named_parameters():
+        for name, param in self.params.items():
             param.grad = grads[name].to(param.device)
         self.optimizer.step()
-        if updates[0].statistics:
-            self.model.apply_statistics(weighted_mean([u.statistics for u in updates], weights))
+        if self.statistics is not None:
+            self.statistics.apply(weighted_mean([u.statistics for u in updates], weights))
+        if before is None:
+            return {}
+        after = self.parameters()
+        change = _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
+        return {self.convergence_metric: change}

@@ -54,7 +54,7 @@ import sqlite3
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -482,7 +482,7 @@ def fingerprint(
     def describe(path: Path | None) -> tuple[str, int] | None:
         return None if path is None else (str(path.resolve()), path.stat().st_size)
 
-    params = {k: v for k, v in asdict(config).items() if k != "processes"}
+    params = {k: v for k, v in config.to_params().items() if k != "processes"}
     return {
         "corpus": CORPUS,
         "files": [(describe(f), describe(p)) for f, p in zip(files, pairs, strict=True)],

@@ -27,7 +27,7 @@ import logging
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -317,7 +317,7 @@ def plan_units(files: Sequence[Path], rules: Rules, config: IngestWikipediaConfi
 
 def fingerprint(files: Sequence[Path], organisations: Sequence[str], config: IngestWikipediaConfig) -> dict:
     """What makes earlier work reusable: the same files (resolved path, size) and parameters (not processes)."""
-    params = {k: v for k, v in asdict(config).items() if k != "processes"}
+    params = {k: v for k, v in config.to_params().items() if k != "processes"}
     return {
         "files": [(str(p.resolve()), p.stat().st_size) for p in files],
         "organisations": list(organisations),

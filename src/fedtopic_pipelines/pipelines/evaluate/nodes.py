@@ -26,7 +26,7 @@ from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
 from fedtopic_pipelines.core.metrics.coherence import coherence_by_model
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
-from fedtopic_pipelines.core.training import TrainedModel
+from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 logger = logging.getLogger(__name__)

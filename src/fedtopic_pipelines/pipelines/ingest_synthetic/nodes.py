@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedtopic_pipelines.core.config import ConfigError, SyntheticGeneratorConfig, from_mapping
+from fedtopic_pipelines.core.config import ConfigError, IngestSyntheticConfig, from_mapping
 from fedtopic_pipelines.core.ingest.common import IngestReport
 from fedtopic_pipelines.core.synthetic import generate, organisation_names
 from fedtopic_pipelines.pipelines.naming import ingestion_result
@@ -32,7 +32,7 @@ def generate_organisations(organisations: list[str], params: dict[str, Any]) -> 
     Lets the real-corpus chain (preprocess, consensus, train, evaluate) run on data whose
     topics are known; ``kedro run --pipeline=synthetic`` is the paper's experiment itself.
     """
-    config = from_mapping(SyntheticGeneratorConfig, params.get("generator"), "ingest_synthetic.generator")
+    config = from_mapping(IngestSyntheticConfig, params, "ingest_synthetic").generator
     expected = organisation_names(config.n_organisations)
     if list(organisations) != expected:
         raise ConfigError(

@@ -20,16 +20,14 @@ def template() -> Pipeline:
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
+    """Tokens and full term counts stay in ``clients.<org>``; only the report crosses."""
     return sum(
         (
             Pipeline(
                 template(),
                 namespace=f"clients.{org}",
                 parameters={"preprocess"},
-                outputs={
-                    "term_counts": shared("term_counts", org),
-                    "preprocess_report": shared("preprocess_report", org),
-                },
+                outputs={"preprocess_report": shared("preprocess_report", org)},
             )
             for org in organisations
         ),

@@ -1,60 +1,16 @@
-"""Nodes of ``train``: one node runs all rounds of every scenario through the core engine."""
+"""Nodes of ``train``: one node runs all rounds of every scenario through the core entry point."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from pathlib import Path
+import math
 from typing import Any
 
 import pandas as pd
 
-from fedtopic_pipelines.core.config import ConfigError, FlowerConfig, TrainConfig, choice, from_mapping
-from fedtopic_pipelines.core.training import TrainedModel, train_scenarios
+from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
-
-ENGINES = ("in_process", "flower")
-KEDRO_SIDE_KEYS = ("mlflow_every", "engine", "flower")  # the rest of the train block is the TrainConfig
-
-
-def core_train_block(params: dict[str, Any]) -> dict[str, Any]:
-    """The ``train`` block without its Kedro-side keys: what a Flower job carries to the nodes."""
-    return {k: v for k, v in params.items() if k not in KEDRO_SIDE_KEYS}
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """The ``train`` block: the TrainConfig plus the Kedro-side settings around it."""
-
-    config: TrainConfig
-    mlflow_every: int
-    engine: str
-    flower: FlowerConfig
-    federation_dir: str
-    run_timeout_s: float
-
-
-def parse_train_params(params: dict[str, Any]) -> TrainSettings:
-    """The ``train`` block: how to train, how often to log losses to MLflow, and on which engine."""
-    params = dict(params)
-    every = int(params.pop("mlflow_every", 10))
-    if every < 1:
-        raise ConfigError("parameter 'train.mlflow_every' must be >= 1")
-    engine = str(params.pop("engine", "in_process"))
-    choice("train.engine", engine, ENGINES)
-    flower = dict(params.pop("flower", None) or {})
-    federation_dir = str(flower.pop("federation_dir", ".federation"))
-    run_timeout_s = float(flower.pop("run_timeout_s", 3600))
-    if run_timeout_s <= 0:
-        raise ConfigError("parameter 'train.flower.run_timeout_s' must be > 0")
-    return TrainSettings(
-        TrainConfig.from_params(params),
-        every,
-        engine,
-        from_mapping(FlowerConfig, flower, "train.flower"),
-        federation_dir,
-        run_timeout_s,
-    )
 
 
 def train_models(
@@ -74,49 +30,59 @@ def train_models(
     MLflow (every ``mlflow_every``-th round, to keep the tracking store fast; the catalog
     prefixes its keys with ``train.``), with the rounds an organisation was left out of.
     """
-    settings = parse_train_params(params)
-    config, every = settings.config, settings.mlflow_every
+    config = TrainConfig.from_params(params)
     matrices = {org: bows[org].subset("train").matrix for org in organisations}
-    on_flower = settings.engine == "flower" and "federated" in config.scenarios
+    on_flower = config.engine == "flower" and "federated" in config.scenarios
     rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
     models: dict[str, TrainedModel] = {}
     runs: dict[str, Any] = {}
     if on_flower:
+        from pathlib import Path
+
         from fedtopic_pipelines.flower.federation import Job
         from fedtopic_pipelines.flower.submit import train_on_flower
 
-        train_block = core_train_block(params)
-        job = Job(list(organisations), preprocess_params, consensus_params, train_block, settings.flower)
+        job = Job(list(organisations), preprocess_params, consensus_params, config.to_params())
         models["federated"], runs["federated"] = train_on_flower(
-            job, common_vocabulary["term"].tolist(), Path(settings.federation_dir), settings.run_timeout_s
+            job, common_vocabulary["term"].tolist(), Path(config.flower.federation_dir), config.flower.run_timeout_s
         )
     if rest:
-        models.update(train_scenarios(matrices, dataclasses.replace(config, scenarios=rest)))
-    history, mlflow = training_histories(models, runs, organisations, every)
+        models.update(train_scenarios(matrices, config.replace(scenarios=rest), vocabulary=common_vocabulary))
+    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
     return models, history, mlflow
+
+
+def _json_number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
 
 
 def training_histories(
     models: dict[str, TrainedModel], runs: dict[str, Any], organisations: list[str], every: int
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, float]]]]:
     """Each model's full history (JSON) and the series for MLflow: every ``every``-th round's
-    losses, and every round an organisation was left out of (failed or rejected update)."""
+    loss, and every round an organisation was left out of (failed or rejected update).
+
+    Every named metric the family's clients report (ProdLDA: loss, kl, reconstruction) and
+    the strategy's convergence measure, when computed, get a series of their own.
+    """
     history: dict[str, Any] = {}
     mlflow: dict[str, list[dict[str, float]]] = {}
     for name, model in models.items():
         records = model.history
+        metric_names = list(dict.fromkeys(m for r in records for m in r.metrics))
         history[name] = {
             "scenario": model.scenario,
+            "family": model.config.model.family,
             "organisations": model.organisations,
             "steps": len(records),
             "stopped_early": model.stopped_early,
             "best_step": None if model.best_round is None else model.best_round + 1,
             "validation_loss": {r.round: r.validation_loss for r in records if r.validation_loss is not None},
-            "loss": [r.loss for r in records],
-            "kl": [r.kl for r in records],
-            "reconstruction": [r.reconstruction for r in records],
-            "relative_change": [r.relative_change for r in records],
-            "client_loss": {org: [r.client_loss.get(org) for r in records] for org in records[0].client_loss},
+            **{m: [_json_number(r.metrics.get(m)) for r in records] for m in metric_names},
+            "client_loss": {
+                org: [_json_number(r.client_loss.get(org)) for r in records]
+                for org in dict.fromkeys(o for r in records for o in r.client_loss)
+            },
             "left_out": {r.round: {**r.failed, **r.rejected} for r in records if r.failed or r.rejected},
             "engine": "flower" if name in runs else "in_process",
             **({"flower_run": runs[name]} if name in runs else {}),

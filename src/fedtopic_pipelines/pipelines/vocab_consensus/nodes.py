@@ -1,20 +1,38 @@
-"""Nodes of ``vocab_consensus``."""
+"""Nodes of ``vocab_consensus``: each organisation proposes, the server merges, each vectorises."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pandas as pd
 
 from fedtopic_pipelines.core.config import ConsensusConfig, from_mapping
-from fedtopic_pipelines.core.ingest.common import ShardedTable, iter_frames
-from fedtopic_pipelines.core.vocab.consensus import BowCorpus, build_vocabulary, vectorize_frames
+from fedtopic_pipelines.core.federated.site import Site
+from fedtopic_pipelines.core.ingest.common import ShardedTable
+from fedtopic_pipelines.core.vocab.consensus import BowCorpus, merge_vocabularies
+
+logger = logging.getLogger(__name__)
 
 
-def merge_vocabulary(params: dict[str, Any], **term_counts: dict[str, int]) -> pd.DataFrame:
-    """Server: merge the organisations' top-N proposals (keyword arguments, one per organisation)."""
+def propose_vocabulary(term_counts: dict[str, int], params: dict[str, Any]) -> dict[str, int]:
+    """Client: its top-N terms that occur more than T times, with their counts.
+
+    This proposal is all that leaves the organisation for the vocabulary, on both engines
+    (a Flower node sends the same, from the same ``Site`` step); its full term counts stay.
+    """
     config = from_mapping(ConsensusConfig, params, "vocab_consensus")
-    return build_vocabulary(term_counts, config)
+    return Site().propose(term_counts, config)
+
+
+def merge_vocabulary(params: dict[str, Any], **proposals: dict[str, int]) -> pd.DataFrame:
+    """Server: merge the organisations' proposals (keyword arguments, one per organisation)."""
+    config = from_mapping(ConsensusConfig, params, "vocab_consensus")
+    for org, proposal in proposals.items():
+        logger.info("organisation %s proposes %d terms", org, len(proposal))
+    vocabulary = merge_vocabularies(proposals, config.merge)
+    logger.info("common vocabulary (%s): %d terms", config.merge, len(vocabulary))
+    return vocabulary
 
 
 def vectorize_documents(
@@ -23,6 +41,6 @@ def vectorize_documents(
     """Client: its documents as a sparse bag-of-words matrix over the common vocabulary.
 
     Token shards are read one at a time; documents left without any term of the common
-    vocabulary are dropped and counted per split in the report (``vectorize_frames``).
+    vocabulary are dropped and counted per split in the report.
     """
-    return vectorize_frames(iter_frames(tokens), vocabulary["term"].tolist())
+    return Site().vectorise(tokens, vocabulary["term"].tolist())

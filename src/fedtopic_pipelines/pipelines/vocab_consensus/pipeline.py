@@ -3,15 +3,19 @@
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.naming import shared
-from fedtopic_pipelines.pipelines.vocab_consensus.nodes import merge_vocabulary, vectorize_documents
+from fedtopic_pipelines.pipelines.vocab_consensus.nodes import merge_vocabulary, propose_vocabulary, vectorize_documents
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
+    """Only ``vocabulary_proposal__<org>`` (top-N terms and counts) crosses to the server."""
     server = Pipeline(
         [
             Node(
                 merge_vocabulary,
-                inputs={"params": "params:vocab_consensus", **{o: shared("term_counts", o) for o in organisations}},
+                inputs={
+                    "params": "params:vocab_consensus",
+                    **{o: shared("vocabulary_proposal", o) for o in organisations},
+                },
                 outputs="common_vocabulary",
                 name="merge_vocabulary",
             )
@@ -20,19 +24,29 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
     client = Pipeline(
         [
             Node(
+                propose_vocabulary,
+                inputs=["term_counts", "params:vocab_consensus"],
+                outputs="vocabulary_proposal",
+                name="propose_vocabulary",
+            ),
+            Node(
                 vectorize_documents,
                 inputs=["tokens", "vocabulary"],
                 outputs=["bow", "vectorize_report"],
                 name="vectorize_documents",
-            )
+            ),
         ]
     )
     clients = [
         Pipeline(
             client,
             namespace=f"clients.{org}",
+            parameters={"vocab_consensus"},
             inputs={"vocabulary": "common_vocabulary"},
-            outputs={"vectorize_report": shared("vectorize_report", org)},
+            outputs={
+                "vocabulary_proposal": shared("vocabulary_proposal", org),
+                "vectorize_report": shared("vectorize_report", org),
+            },
         )
         for org in organisations
     ]

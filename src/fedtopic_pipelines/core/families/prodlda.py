@@ -1,0 +1,119 @@
+"""ProdLDA as a federated family: FedSGD on bag-of-words mini-batches (gFedNTM).
+
+A client's update is the gradient of its mini-batch's mean negative ELBO with respect to
+every parameter (all are shared), with the batch's BatchNorm statistics beside it; the
+server averages both weighted by batch size (eq. 2) and takes one optimizer step (eq. 3).
+Federated training equals centralized training on the concatenated mini-batches
+(docs/batchnorm.md), which the contract tests check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import nn
+
+from fedtopic_pipelines.core.config import ProdLDAConfig, TrainConfig
+from fedtopic_pipelines.core.federated.aggregation import weighted_mean
+from fedtopic_pipelines.core.federated.batching import BatchSource, ConcatenatedSource, GhostBatchSource
+from fedtopic_pipelines.core.federated.family import LocalStep
+from fedtopic_pipelines.core.federated.messages import UpdateKind
+from fedtopic_pipelines.core.federated.strategies import BatchStatistics, FedSGD
+from fedtopic_pipelines.core.models.prodlda import ProdLDA
+
+VALIDATION_CHUNK = 1024
+
+
+class ProdLDAFamily:
+    """The first registered family (``train.model.family: prodlda``)."""
+
+    name = "prodlda"
+    config_type = ProdLDAConfig
+    update_kind = UpdateKind.GRADIENTS
+    exact_federation = True
+
+    def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> ProdLDA:
+        return ProdLDA.create(vocab_size, config.model, config.seed).to(device)
+
+    def shared_names(self, model: nn.Module) -> list[str]:
+        return [name for name, _ in model.named_parameters()]
+
+    def stream(
+        self, data: sp.csr_matrix, config: TrainConfig, seed: int, device: torch.device, ghosts: int | None = None
+    ) -> BatchSource | GhostBatchSource:
+        """An organisation's mini-batches, or (``ghosts``) the pooled corpus cut into ghost batches."""
+        if ghosts is None:
+            return BatchSource(data, config.batch_size, seed, device)
+        return GhostBatchSource(data, config.batch_size, ghosts, seed, device)
+
+    def concatenated_stream(self, streams: Sequence[BatchSource]) -> ConcatenatedSource:
+        return ConcatenatedSource(list(streams))
+
+    def local_step(self, model: ProdLDA, stream: BatchSource | GhostBatchSource) -> LocalStep:
+        """The gradient of this step's batches' mean loss; ghost batches are normalised apart."""
+        model.train()
+        model.zero_grad(set_to_none=True)
+        parts = [model.loss_on_batch(batch, noise) for batch, noise in stream.next_batches()]
+        n = sum(p.n for p in parts)
+        loss = sum(p.loss * (p.n / n) for p in parts)
+        loss.backward()
+        # Fresh tensors every step (zero_grad(set_to_none=True) above), so no copy is needed.
+        grads = {name: p.grad.detach() for name, p in model.named_parameters()}
+        statistics = weighted_mean([p.statistics for p in parts], [p.n for p in parts])
+        losses = {
+            "loss": float(loss.detach()),
+            "kl": float(sum(p.kl * (p.n / n) for p in parts)),
+            "reconstruction": float(sum(p.reconstruction * (p.n / n) for p in parts)),
+        }
+        return LocalStep(grads, n, losses, statistics=statistics)
+
+    def replay(self, model: ProdLDA, stream: BatchSource | GhostBatchSource, steps: int) -> None:
+        # The draws (batch rows, dropout masks, reparameterisation noise) depend on the
+        # batch shapes only: a forward pass without gradients reproduces them.
+        model.train()
+        with torch.no_grad():
+            for _ in range(steps):
+                for batch, noise in stream.next_batches():
+                    model.loss_on_batch(batch, noise)
+
+    def validation_loss(self, model: ProdLDA, data: sp.csr_matrix, seed: int) -> tuple[float, int]:
+        """avitm's validation pass (eval mode, one seeded sample) averaged over the documents."""
+        data = data.tocsr().astype(np.float32)
+        device = next(model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(seed)
+        total, n = 0.0, data.shape[0]
+        for start in range(0, n, VALIDATION_CHUNK):
+            bow = torch.from_numpy(data[start : start + VALIDATION_CHUNK].toarray()).to(device)
+            total += float(model.validation_loss(bow, generator).sum())
+        return total / n, n
+
+    def strategy(self, model: ProdLDA, config: TrainConfig) -> FedSGD:
+        return FedSGD(model, config.optimizer, BatchStatistics(model), shared=self.shared_names(model))
+
+    def max_update_examples(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
+        # A batch, plus a single trailing row merged into it (BatchNorm needs two documents).
+        return min(rows, (ghosts or 1) * config.batch_size + 1)
+
+    def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
+        return max(1, math.ceil(rows / (config.batch_size * (ghosts or 1))))
+
+    def rows(self, data: sp.spmatrix) -> int:
+        return int(data.shape[0])
+
+    def select(self, data: sp.csr_matrix, rows: Sequence[int]) -> sp.csr_matrix:
+        return data[np.asarray(rows)]
+
+    def concatenate(self, parts: Sequence[sp.csr_matrix]) -> sp.csr_matrix:
+        return sp.vstack(list(parts)).tocsr()
+
+    def validate_data(self, name: str, data: sp.spmatrix) -> None:
+        """An organisation's training data must allow a batch (BatchNorm needs two documents)."""
+        if data.shape[0] < 2:
+            raise ValueError(
+                f"organisation '{name}' has {data.shape[0]} training document(s) with words of the common "
+                "vocabulary; training needs at least 2 (BatchNorm)"
+            )

@@ -1,0 +1,57 @@
+"""Server checkpoints: a restarted run resumes where the last one stopped, on either engine.
+
+Every ``checkpoint_every`` rounds (and once training has finished) the server's state
+is written atomically to ``checkpoint_dir/<name>-<digest>.safetensors``. The digest covers
+what the result depends on (the scenario, its organisations in order, the training
+parameters without how the run is hosted, and the vocabulary), so a changed job never
+resumes from an unrelated run, while a changed timeout or engine does resume. Clients
+rejoin at the checkpoint's round by replaying their batch streams (``FamilyClient``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedtopic_pipelines.core import persist
+from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.federated.server import FederatedServer
+
+logger = logging.getLogger(__name__)
+
+KIND = "fedtopic.server-checkpoint"
+
+
+class Checkpoints:
+    """Where one federation's checkpoints go, and when."""
+
+    def __init__(self, config: TrainConfig, name: str, organisations: Sequence[str], terms: Sequence[str]) -> None:
+        if not config.checkpoint_every or not config.checkpoint_dir:
+            raise ValueError("Checkpoints need 'train.checkpoint_every' > 0 and 'train.checkpoint_dir'")
+        what = [name, list(organisations), config.training_key(), list(terms)]
+        digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self.every = config.checkpoint_every
+        self.path = Path(config.checkpoint_dir) / f"{name}-{digest}.safetensors"
+
+    def load(self) -> dict[str, Any] | None:
+        return persist.load(self.path, KIND) if self.path.is_file() else None
+
+    def resume(self, server: FederatedServer) -> bool:
+        """Load the last checkpoint into ``server``; whether there was one."""
+        saved = self.load()
+        if saved is None:
+            return False
+        server.resume(saved)
+        logger.info("%s: resumed from %s at round %d", server.name, self.path, server.next_round)
+        return True
+
+    def maybe_save(self, server: FederatedServer) -> None:
+        """After a round: save every ``every`` rounds, and when training has finished."""
+        if server.next_round % self.every and not server.finished:
+            return
+        persist.save(self.path, server.checkpoint(), KIND)
+        logger.info("%s: checkpoint after round %d: %s", server.name, server.next_round - 1, self.path)

@@ -1,0 +1,134 @@
+"""The contract every federated model family fulfils, and what a local step returns.
+
+A family is everything the engine needs to know about a kind of model, and nothing the
+engine does itself: how to build the model from its config, which parameters are shared
+(broadcast and aggregated) and which stay with the organisation, what a batch is and how
+an organisation's batches are drawn, what one local computation sends (its
+:class:`~fedtopic_pipelines.core.federated.messages.UpdateKind`), its loss terms, how it is
+validated, which strategy aggregates it, and what evaluation reads from a trained model.
+``core/families/`` holds the implementations and the registry that finds one by the
+``family`` of ``train.model``; docs/architecture.md says how to add one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from fedtopic_pipelines.core.config import ConfigModel, TrainConfig
+from fedtopic_pipelines.core.federated.messages import UpdateKind
+from fedtopic_pipelines.core.federated.strategies import Strategy
+
+
+@dataclass
+class LocalStep:
+    """One local computation's result, before it becomes an Update.
+
+    ``tensors`` hold what the family's update kind carries (gradients, weights, row
+    values or statistics) by shared-parameter name; ``row_indices`` the rows of sparse
+    values; ``statistics`` auxiliary statistics reduced with the same weights (BatchNorm
+    batch statistics); ``losses`` the named loss terms, ``loss`` being the total.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    num_examples: int
+    losses: dict[str, float]
+    statistics: dict[str, torch.Tensor] = field(default_factory=dict)
+    row_indices: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class BatchStream(Protocol):
+    """An organisation's seeded stream of batches, resumable from its state."""
+
+    @property
+    def max_examples(self) -> int: ...
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
+class TopicModel(Protocol):
+    """What evaluation reads from a trained topic model (ProdLDA implements it)."""
+
+    def topic_word(self) -> torch.Tensor: ...
+
+    def doc_topic(self, bow: torch.Tensor) -> torch.Tensor: ...
+
+    def word_distribution(self, bow: torch.Tensor) -> torch.Tensor: ...
+
+
+class ModelFamily(Protocol):
+    """A federated model family (see the module docstring)."""
+
+    name: str
+    config_type: type[ConfigModel]
+    update_kind: UpdateKind
+    # Whether federated training equals centralized training on the concatenated batches
+    # (the contract tests check it for families that claim it).
+    exact_federation: bool
+
+    def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> nn.Module:
+        """The model with its initial weights, drawn from ``config.seed`` (the same everywhere)."""
+        ...
+
+    def shared_names(self, model: nn.Module) -> list[str]:
+        """Parameters that travel; the others stay with the organisation."""
+        ...
+
+    def stream(
+        self, data: Any, config: TrainConfig, seed: int, device: torch.device, ghosts: int | None = None
+    ) -> BatchStream:
+        """An organisation's batch stream over its ``data``; with ``ghosts``, the centralized
+        trainer's stream over the pooled data, that many ghost batches per step."""
+        ...
+
+    def concatenated_stream(self, streams: Sequence[BatchStream]) -> BatchStream:
+        """The centralized trainer over exactly these organisations' batches, concatenated per
+        step (needed only by families that claim ``exact_federation``: the contract compares)."""
+        ...
+
+    def local_step(self, model: nn.Module, stream: BatchStream) -> LocalStep:
+        """One local computation at the model's current shared parameters."""
+        ...
+
+    def replay(self, model: nn.Module, stream: BatchStream, steps: int) -> None:
+        """Advance ``stream`` (and every random draw a step makes) by ``steps`` without sending."""
+        ...
+
+    def validation_loss(self, model: nn.Module, data: Any, seed: int) -> tuple[float, int]:
+        """Mean loss of the model (weights and running statistics as broadcast) on held-out
+        ``data``, and how many documents that is."""
+        ...
+
+    def strategy(self, model: nn.Module, config: TrainConfig) -> Strategy:
+        """The server strategy that owns the global ``model``."""
+        ...
+
+    def max_update_examples(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
+        """The most examples one update may claim from a client with ``rows`` documents."""
+        ...
+
+    def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
+        """Rounds in one pass over ``rows`` documents (stopping rules in epochs)."""
+        ...
+
+    def rows(self, data: Any) -> int:
+        """How many documents ``data`` holds."""
+        ...
+
+    def select(self, data: Any, rows: Sequence[int]) -> Any:
+        """The documents ``rows`` of ``data`` (hold-out splits, pooling)."""
+        ...
+
+    def concatenate(self, parts: Sequence[Any]) -> Any:
+        """Several organisations' data as one (the centralized scenario's pool)."""
+        ...
+
+    def validate_data(self, name: str, data: Any) -> None:
+        """Raise naming the organisation if ``data`` cannot be trained on (too few documents)."""
+        ...

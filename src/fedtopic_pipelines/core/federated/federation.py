@@ -1,0 +1,148 @@
+"""The one federation entry point: consensus, preparation, rounds, checkpoints, result.
+
+The Kedro train node (through ``core/training.py``) and the Flower ServerApp both call
+:func:`run_federation`, with an engine that reaches the organisations' endpoints in this
+process or over Flower. The stages:
+
+1. ``vocabulary`` (unless the vocabulary is given, as in Kedro, whose consensus pipeline
+   made it from the same proposals): every organisation proposes its top-N terms with
+   their counts, nothing more; the server merges them (union or intersection).
+2. ``prepare``: every organisation vectorises against the common vocabulary, holds out
+   its validation documents, builds its client, and declares its document counts, which
+   cap the example count of every later update it sends.
+3. Rounds: the family's strategy on a :class:`FederatedServer` until a stopping rule
+   fires, with checkpoints every ``train.checkpoint_every`` rounds; a restarted run with
+   the same job resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig
+from fedtopic_pipelines.core.families import get_family
+from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
+from fedtopic_pipelines.core.federated.engine import Engine, FederationError
+from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
+from fedtopic_pipelines.core.federated.site import PREPARE, VOCABULARY, resolve_device
+from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FederationResult:
+    """The common vocabulary, the trained model and what each organisation declared."""
+
+    vocabulary: pd.DataFrame
+    model: TrainedModel
+    prepared: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def stopping_rule(config: TrainConfig, steps_per_epoch: int, validate: bool) -> StoppingRule:
+    """The run's stopping rule; an epoch is ``steps_per_epoch`` rounds."""
+    max_rounds = config.max_steps if config.max_steps is not None else config.max_epochs * steps_per_epoch
+    every = (config.validation_every or steps_per_epoch) if validate else None
+    return StoppingRule(max_rounds, config.tolerance, every, config.patience)
+
+
+def agree_vocabulary(
+    engine: Engine, organisations: Sequence[str], preprocess: PreprocessConfig, consensus: ConsensusConfig
+) -> pd.DataFrame:
+    """Ask every organisation for its proposal (top-N terms and counts) and merge them."""
+    payload = {"preprocess": preprocess.to_params(), "vocab_consensus": consensus.to_params()}
+    answers = engine.query(VOCABULARY, {org: payload for org in organisations})
+    proposals = {}
+    for org in organisations:
+        terms, counts = list(answers[org].get("terms", [])), list(answers[org].get("counts", []))
+        if len(terms) != len(counts) or not all(isinstance(t, str) for t in terms):
+            raise FederationError(f"stage 'vocabulary': {org} sent {len(terms)} terms but {len(counts)} counts")
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+            raise FederationError(f"stage 'vocabulary': {org} sent counts that are not integers >= 0")
+        if len(set(terms)) != len(terms):
+            raise FederationError(f"stage 'vocabulary': {org} proposed a term twice")
+        proposals[org] = dict(zip(terms, counts, strict=True))
+    vocabulary = merge_vocabularies(proposals, consensus.merge)
+    logger.info("common vocabulary (%s): %d terms", consensus.merge, len(vocabulary))
+    return vocabulary
+
+
+def _declared(org: str, reply: Mapping[str, Any], key: str) -> int:
+    value = reply.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FederationError(f"stage 'prepare': {org} declared {key} = {value!r}, not a count")
+    return value
+
+
+def run_federation(
+    engine: Engine,
+    organisations: Sequence[str],
+    config: TrainConfig,
+    *,
+    vocabulary: pd.DataFrame | None = None,
+    preprocess: PreprocessConfig | None = None,
+    consensus: ConsensusConfig | None = None,
+    name: str = "federated",
+    scenario: str = "federated",
+    trained_on: Sequence[str] | None = None,
+    ghosts: int | None = None,
+    progress: bool = True,
+) -> FederationResult:
+    """Run one federation of ``organisations`` (endpoint names, in seed order) to its end.
+
+    ``vocabulary`` skips the vocabulary stage; otherwise ``preprocess`` and ``consensus``
+    say how the organisations build their proposals. ``ghosts`` marks the centralized
+    scenario's single pooled client (that many ghost batches per step); ``trained_on`` the
+    organisations whose documents the model saw (default: ``organisations``).
+    """
+    family = get_family(config.model.family)
+    if vocabulary is None:
+        if preprocess is None or consensus is None:
+            raise ValueError("run_federation needs 'vocabulary', or 'preprocess' and 'consensus' to agree on one")
+        vocabulary = agree_vocabulary(engine, organisations, preprocess, consensus)
+    terms = vocabulary["term"].tolist()
+    payload: dict[str, Any] = {"train": config.to_params(), "terms": terms}
+    if preprocess is not None:
+        payload["preprocess"] = preprocess.to_params()
+    prepared = engine.query(PREPARE, {org: {**payload, "index": i} for i, org in enumerate(organisations)})
+    rows = {org: _declared(org, prepared[org], "train_rows") for org in organisations}
+    held = {org: _declared(org, prepared[org], "validation_rows") for org in organisations}
+    validate = config.validation_fraction > 0
+    device = resolve_device(config.device)
+    model = family.create_model(len(terms), config, device)
+    server = FederatedServer(
+        family.strategy(model, config),
+        stopping_rule(config, family.steps_per_epoch(max(rows.values()), config, ghosts), validate),
+        name=name,
+        capacity={org: family.max_update_examples(n, config, ghosts) for org, n in rows.items()},
+        validation_capacity=held,
+    )
+    checkpoints = Checkpoints(config, name, organisations, terms) if config.checkpoint_every else None
+    if checkpoints is not None:
+        checkpoints.resume(server)
+    history = server.run(
+        engine, progress=progress, on_round_end=None if checkpoints is None else checkpoints.maybe_save
+    )
+    last = history[-1].loss if history else math.nan
+    kept = "" if server.best_round is None else f", kept the weights of round {server.best_round + 1}"
+    logger.info("%s: %d rounds, final loss %.2f%s", name, len(history), last, kept)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    trained = TrainedModel(
+        name,
+        scenario,
+        list(trained_on or organisations),
+        len(terms),
+        config,
+        state,
+        list(history),
+        server.stopped_early,
+        server.best_round,
+    )
+    return FederationResult(vocabulary, trained, {org: dict(prepared[org]) for org in organisations})

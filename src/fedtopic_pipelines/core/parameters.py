@@ -1,0 +1,87 @@
+"""All of a project's parameters, validated at once: what ``kedro run`` checks before any node runs.
+
+The Kedro hook, the benchmarks and the Flower CLI build their configuration here, from
+the same parameter dictionary ``kedro run`` sees (an environment over ``base``, plus
+``--params``), so a benchmark cannot drift from the pipelines. An unknown top-level block
+(``trian.max_steps=5``) is refused with its name, as is every bad value inside a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedtopic_pipelines.core.config import (
+    ConfigError,
+    ConfigModel,
+    ConsensusConfig,
+    EvaluateConfig,
+    IngestDemoConfig,
+    IngestS2orcConfig,
+    IngestSyntheticConfig,
+    IngestTableConfig,
+    IngestWikipediaConfig,
+    PreprocessConfig,
+    TrainConfig,
+    from_mapping,
+)
+
+BLOCKS: dict[str, type[ConfigModel]] = {
+    "ingest_demo": IngestDemoConfig,
+    "ingest_table": IngestTableConfig,
+    "ingest_wikipedia": IngestWikipediaConfig,
+    "ingest_s2orc": IngestS2orcConfig,
+    "ingest_synthetic": IngestSyntheticConfig,
+    "preprocess": PreprocessConfig,
+    "vocab_consensus": ConsensusConfig,
+    "train": TrainConfig,
+    "evaluate": EvaluateConfig,
+}
+SCALARS = ("corpus", "organisations")
+SYNTHETIC = "synthetic"
+KNOWN = (*SCALARS, *BLOCKS, SYNTHETIC)
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """Every parameter block present, validated (blocks absent from the parameters are left out)."""
+
+    corpus: str | None
+    organisations: list[str]
+    blocks: dict[str, ConfigModel] = field(default_factory=dict)
+    synthetic: Any = None
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.blocks.get("train") or TrainConfig()
+
+    @property
+    def preprocess(self) -> PreprocessConfig:
+        return self.blocks.get("preprocess") or PreprocessConfig()
+
+    @property
+    def consensus(self) -> ConsensusConfig:
+        return self.blocks.get("vocab_consensus") or ConsensusConfig()
+
+    @property
+    def evaluate(self) -> EvaluateConfig:
+        return self.blocks.get("evaluate") or EvaluateConfig()
+
+
+def validate_parameters(params: Mapping[str, Any]) -> ProjectConfig:
+    """Parse every block of ``params``; :class:`ConfigError` naming each bad parameter."""
+    unknown = sorted(set(params) - set(KNOWN))
+    if unknown:
+        raise ConfigError(f"unknown parameter block(s) {unknown}; known: {sorted(KNOWN)}")
+    organisations = params.get("organisations") or []
+    if isinstance(organisations, str) or not all(isinstance(o, str) for o in organisations):
+        raise ConfigError(f"parameter 'organisations' must be a list of names, got {organisations!r}")
+    blocks = {name: from_mapping(cls, params[name], name) for name, cls in BLOCKS.items() if name in params}
+    synthetic = None
+    if SYNTHETIC in params:
+        from fedtopic_pipelines.core.synthetic_experiment import SyntheticExperimentConfig
+
+        synthetic = SyntheticExperimentConfig.from_params(params[SYNTHETIC] or {})
+    corpus = params.get("corpus")
+    return ProjectConfig(None if corpus is None else str(corpus), list(organisations), blocks, synthetic)

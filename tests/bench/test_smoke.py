@@ -1,0 +1,64 @@
+"""Every benchmark runs in its smoke mode, so none can rot unnoticed (``make bench`` once failed for
+weeks on a renamed parameter). Each is a real subprocess run of the script, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEMO_WHEEL, PROJECT
+
+BENCH = PROJECT / "bench"
+
+
+def run_bench(script: str, *args: str, timeout: float = 300) -> str:
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
+    env.pop("KEDRO_ENV", None)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done.stdout
+
+
+def test_every_benchmark_script_has_a_smoke_test() -> None:
+    scripts = {p.name for p in BENCH.glob("*.py") if p.name not in {"common.py", "dumpgen.py"}}
+    tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
+    tested |= {"bench_flower.py"}
+    assert scripts == tested, scripts ^ tested
+
+
+def test_bench_training_smoke() -> None:
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    out = run_bench("bench_training.py", "--smoke")
+    assert "| centralized |" in out and "| federated (in-process) |" in out and "ratio federated / centralized" in out
+
+
+def test_bench_synthetic_smoke() -> None:
+    out = run_bench("bench_synthetic.py", "--smoke")
+    assert "| vectorised" in out and "| total point |" in out and "| federated |" in out
+
+
+def test_diagnose_batchnorm_grouping_smoke() -> None:
+    out = run_bench("diagnose_batchnorm_grouping.py", "--smoke")
+    assert "| 0 | mixed (as trained) |" in out and "| 0 | sorted by organisation |" in out
+
+
+def test_bench_ingest_smoke(tmp_path: Path) -> None:
+    run_bench("bench_ingest.py", "--smoke", "--workdir", str(tmp_path), "--skip", "profile")
+    assert (tmp_path / "ingest.json").is_file()
+
+
+@pytest.mark.deployment
+def test_bench_flower_smoke() -> None:
+    out = run_bench("bench_flower.py", "--smoke", timeout=400)
+    assert "| Flower, warm |" in out and "| in-process |" in out

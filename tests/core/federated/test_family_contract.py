@@ -1,0 +1,326 @@
+"""The contract every registered model family must pass, parametrised over the registry.
+
+Adding a family adds one entry to ``CASES`` (its small training block and data), nothing
+more; ``test_every_registered_family_has_a_case`` fails until it is there.
+
+1. federated equals centralized on the concatenated batches, where the family claims it;
+2. the in-process engine and the Flower grid engine (the real ClientApp and records)
+   give identical results, and so does the Kedro path (matrices prepared by the pipelines);
+3. an update of the wrong kind, shape or index, or with non-finite values, is rejected
+   without touching the model;
+4. checkpoint/resume gives the uninterrupted run's exact result;
+5. nothing but the family's declared update kind (and validation metrics) leaves a client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig
+from fedtopic_pipelines.core.families import families, get_family
+from fedtopic_pipelines.core.federated.batching import derive_seed
+from fedtopic_pipelines.core.federated.client import FamilyClient
+from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.federation import run_federation
+from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
+from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
+from fedtopic_pipelines.core.federated.site import FolderEndpoint, MemoryEndpoint, read_raw, run_sites
+from fedtopic_pipelines.core.training import train_scenarios
+from tests.conftest import make_tiny_raw_tables, poisson_matrices
+
+CPU = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class FamilyCase:
+    """What the contract needs to run a family small: a train block, organisations' data over
+    a vocabulary of ``vocab_size`` terms, and raw text tables for the engines that start
+    from documents (the Flower ClientApp)."""
+
+    train: dict[str, Any]
+    data: Callable[[], dict[str, Any]]
+    vocab_size: int
+    preprocess: dict[str, Any]
+    consensus: dict[str, Any]
+
+
+CASES: dict[str, FamilyCase] = {
+    "prodlda": FamilyCase(
+        train={
+            "model": {"family": "prodlda", "n_topics": 3, "hidden_sizes": [16, 16]},
+            "batch_size": 8,
+            "max_steps": 10,
+            "seed": 7,
+            "device": "cpu",
+        },
+        data=lambda: dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True)),
+        vocab_size=40,
+        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
+        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+    ),
+}
+
+
+def test_every_registered_family_has_a_case() -> None:
+    assert set(CASES) == set(families())
+
+
+@pytest.fixture(params=families())
+def case(request) -> tuple[str, FamilyCase]:
+    return request.param, CASES[request.param]
+
+
+def _config(case: FamilyCase, **changes: Any) -> TrainConfig:
+    return TrainConfig.from_params({**case.train, **changes})
+
+
+def _states_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# 1 ------------------------------------------------------------------------------------
+def test_federated_equals_centralized_on_the_concatenated_batches(case) -> None:
+    name, spec = case
+    family = get_family(name)
+    if not family.exact_federation:
+        pytest.skip(f"family '{name}' does not claim federated = centralized")
+    config = _config(spec)
+    data = spec.data()
+
+    def streams():
+        return [family.stream(d, config, derive_seed(config.seed, i), CPU) for i, d in enumerate(data.values())]
+
+    def train(federated: bool) -> dict[str, torch.Tensor]:
+        def model():
+            return family.create_model(spec.vocab_size, config, CPU).double()
+
+        if federated:
+            clients = [FamilyClient(org, family, model(), s) for org, s in zip(data, streams(), strict=True)]
+        else:
+            clients = [FamilyClient("server", family, model(), family.concatenated_stream(streams()))]
+        global_model = model()
+        server = FederatedServer(family.strategy(global_model, config), StoppingRule(config.max_steps))
+        server.run(InProcessEngine(clients), progress=False)
+        return global_model.state_dict()
+
+    fed, central = train(True), train(False)
+    worst = max(float((fed[k] - central[k]).abs().max()) for k in fed)
+    assert worst <= 1e-10, worst
+    start = family.create_model(spec.vocab_size, config, CPU).double().state_dict()
+    assert max(float((fed[k] - start[k]).abs().max()) for k in fed) > 1e-3  # the weights did move
+
+
+# 2 ------------------------------------------------------------------------------------
+def _write_raw(tmp_path: Path) -> dict[str, Path]:
+    paths = {}
+    for org, table in make_tiny_raw_tables().items():
+        folder = tmp_path / "raw" / org
+        folder.mkdir(parents=True)
+        table.to_parquet(folder / "part-00000.parquet")
+        paths[org] = folder
+    return paths
+
+
+def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case, tmp_path) -> None:
+    from fedtopic_pipelines.flower.client_app import app as client_app
+    from fedtopic_pipelines.flower.federation import Job, run_flower_federation
+    from tests.flower.local_grid import LocalGrid
+
+    _, spec = case
+    config = _config(spec, validation_fraction=0.25, validation_every=4)
+    preprocess = PreprocessConfig.model_validate(spec.preprocess)
+    consensus = ConsensusConfig.model_validate(spec.consensus)
+    paths = _write_raw(tmp_path)
+    orgs = list(paths)
+
+    endpoints = [FolderEndpoint(org, paths[org], tmp_path / "cache-a" / org) for org in orgs]
+    in_process = run_federation(InProcessEngine(endpoints), orgs, config, preprocess=preprocess, consensus=consensus)
+
+    nodes = {
+        100 + i: {"organisation": org, "data-path": str(paths[org]), "cache-dir": str(tmp_path / "cache-b" / org)}
+        for i, org in enumerate(reversed(orgs))  # node order differs from the job's
+    }
+    job = Job(orgs, spec.preprocess, spec.consensus, config.to_params())
+    flower, _ = run_flower_federation(LocalGrid(client_app, nodes), job)
+
+    vocabulary, bows = run_sites({org: read_raw(paths[org]) for org in orgs}, preprocess, consensus)
+    matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    kedro = train_scenarios(matrices, config.replace(scenarios=("federated",)), progress=False, vocabulary=vocabulary)
+
+    assert in_process.vocabulary["term"].tolist() == flower.vocabulary["term"].tolist() == vocabulary["term"].tolist()
+    assert len(in_process.model.history) == config.max_steps
+    assert _states_equal(in_process.model.state, flower.model.state)
+    assert _states_equal(in_process.model.state, kedro["federated"].state)
+    assert [r.loss for r in in_process.model.history] == [r.loss for r in flower.model.history]
+
+
+# 3 ------------------------------------------------------------------------------------
+def _corruptions(kind: UpdateKind) -> dict[str, Callable[[Update], Update]]:
+    def first(u: Update) -> str:
+        return next(iter(u.tensors))
+
+    def with_tensor(u: Update, value) -> Update:
+        return dataclasses.replace(u, tensors={**u.tensors, first(u): value})
+
+    other_kind = UpdateKind.WEIGHTS if kind is not UpdateKind.WEIGHTS else UpdateKind.GRADIENTS
+    corruptions = {
+        "kind": lambda u: dataclasses.replace(u, kind=other_kind),
+        "shape": lambda u: with_tensor(u, u.tensors[first(u)].reshape(-1)[:-1]),
+        "nan": lambda u: with_tensor(u, torch.full_like(u.tensors[first(u)], float("nan"))),
+        "inf": lambda u: with_tensor(u, torch.full_like(u.tensors[first(u)], float("inf"))),
+    }
+    if kind is UpdateKind.SPARSE_ROWS:
+        corruptions["index"] = lambda u: dataclasses.replace(
+            u, row_indices={**u.row_indices, first(u): u.row_indices[first(u)] + 10**9}
+        )
+    else:
+        corruptions["index"] = lambda u: dataclasses.replace(u, row_indices={first(u): torch.tensor([0])})
+    return corruptions
+
+
+class Corrupting:
+    """An organisation that answers like the real one, then corrupts its training updates."""
+
+    def __init__(self, inner: MemoryEndpoint, corrupt: Callable[[Update], Update]) -> None:
+        self.inner, self.name, self.corrupt = inner, inner.name, corrupt
+
+    def query(self, action: str, payload: dict) -> dict:
+        return self.inner.query(action, payload)
+
+    def handle(self, instruction: Instruction) -> Update:
+        update = self.inner.handle(instruction)
+        return update if update.kind is UpdateKind.METRICS else self.corrupt(update)
+
+
+class Silent(Corrupting):
+    """The same organisation never answering a round."""
+
+    def handle(self, instruction: Instruction) -> Update:
+        if instruction.config.get("action") != "evaluate":
+            raise TimeoutError("no reply")
+        return self.inner.handle(instruction)
+
+
+@pytest.mark.parametrize("corruption", ["kind", "shape", "index", "nan", "inf"])
+def test_a_bad_update_is_rejected_without_touching_the_model(case, corruption) -> None:
+    name, spec = case
+    family = get_family(name)
+    config = _config(spec, max_steps=4)
+    data = spec.data()
+    corrupt = _corruptions(family.update_kind)[corruption]
+
+    def run(wrap) -> Any:
+        endpoints = [MemoryEndpoint(org, d) for org, d in data.items()]
+        endpoints[1] = wrap(endpoints[1])
+        vocabulary = _vocabulary(spec.vocab_size)
+        return run_federation(InProcessEngine(endpoints), list(data), config, vocabulary=vocabulary, progress=False)
+
+    attacked = run(lambda e: Corrupting(e, corrupt)).model
+    silent = run(lambda e: Silent(e, corrupt)).model
+    bad = list(data)[1]
+    assert all(bad in r.rejected for r in attacked.history), [r.rejected for r in attacked.history]
+    assert all(bad in r.failed for r in silent.history)
+    assert _states_equal(attacked.state, silent.state)  # as if the organisation had sent nothing
+
+
+def _vocabulary(size: int):
+    import pandas as pd
+
+    return pd.DataFrame({"term": [f"w{j}" for j in range(size)]})
+
+
+# 4 ------------------------------------------------------------------------------------
+class Killed(Exception):
+    """Stands for the server process being killed."""
+
+
+class KillingEngine(InProcessEngine):
+    def __init__(self, endpoints, at: int) -> None:
+        super().__init__(endpoints)
+        self.at = at
+
+    def broadcast(self, instruction: Instruction):
+        if instruction.round == self.at and instruction.config.get("action") != "evaluate":
+            raise Killed
+        return super().broadcast(instruction)
+
+
+@pytest.mark.parametrize("validation", [0.0, 0.25])
+def test_checkpoint_resume_gives_the_uninterrupted_result(case, validation, tmp_path) -> None:
+    _, spec = case
+    config = _config(
+        spec,
+        max_steps=10,
+        validation_fraction=validation,
+        validation_every=3,
+        checkpoint_every=3,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+    )
+    data = spec.data()
+    vocabulary = _vocabulary(spec.vocab_size)
+
+    def endpoints():
+        return [MemoryEndpoint(org, d) for org, d in data.items()]
+
+    plain = config.replace(checkpoint_every=0, checkpoint_dir=None)
+    reference = run_federation(InProcessEngine(endpoints()), list(data), plain, vocabulary=vocabulary, progress=False)
+    with pytest.raises(Killed):
+        run_federation(KillingEngine(endpoints(), at=8), list(data), config, vocabulary=vocabulary, progress=False)
+    counted = []
+
+    class Counting(InProcessEngine):
+        def broadcast(self, instruction):
+            if instruction.config.get("action") != "evaluate":
+                counted.append(instruction.round)
+            return super().broadcast(instruction)
+
+    resumed = run_federation(Counting(endpoints()), list(data), config, vocabulary=vocabulary, progress=False)
+    assert counted == [6, 7, 8, 9]  # only the rounds after the last checkpoint ran again
+    assert [r.round for r in resumed.model.history] == list(range(10))
+    assert [r.loss for r in resumed.model.history] == [r.loss for r in reference.model.history]
+    assert _states_equal(resumed.model.state, reference.model.state)
+
+
+# 5 ------------------------------------------------------------------------------------
+class Recording(Corrupting):
+    def __init__(self, inner: MemoryEndpoint, sent: list) -> None:
+        super().__init__(inner, lambda u: u)
+        self.sent = sent
+
+    def query(self, action: str, payload: dict) -> dict:
+        answer = self.inner.query(action, payload)
+        self.sent.append((action, answer))
+        return answer
+
+    def handle(self, instruction: Instruction) -> Update:
+        update = self.inner.handle(instruction)
+        self.sent.append(("round", update))
+        return update
+
+
+def test_nothing_but_the_declared_update_kind_leaves_a_client(case) -> None:
+    name, spec = case
+    family = get_family(name)
+    config = _config(spec, validation_fraction=0.25, validation_every=2)
+    data = spec.data()
+    sent: list = []
+    endpoints = [Recording(MemoryEndpoint(org, d), sent) for org, d in data.items()]
+    result = run_federation(InProcessEngine(endpoints), list(data), config, vocabulary=_vocabulary(spec.vocab_size))
+    shared = set(family.shared_names(result.model.to_model()))
+    updates = [u for what, u in sent if what == "round"]
+    assert {u.kind for u in updates} == {family.update_kind, UpdateKind.METRICS}
+    for update in updates:
+        assert set(update.tensors) <= shared  # only shared parameters, never local ones or data
+        assert all(isinstance(v, torch.Tensor) for v in [*update.tensors.values(), *update.statistics.values()])
+        assert all(isinstance(k, str) and isinstance(v, float) for k, v in update.metrics.items())
+        if update.kind is UpdateKind.METRICS:
+            assert not update.tensors and not update.statistics and set(update.metrics) <= {"validation_loss"}
+    answers = [a for what, a in sent if what != "round"]
+    assert answers and all(set(a) <= {"train_rows", "validation_rows"} for a in answers)  # counts only
