@@ -68,3 +68,27 @@ def test_trained_models_dataset_round_trips_without_pickle(tmp_path) -> None:
     assert all(loaded[n].state["beta"].equal(models[n].state["beta"]) for n in models)
     with pytest.raises(DatasetError, match="no trained models"):
         TrainedModelsDataset(str(tmp_path / "none")).load()
+
+
+def test_bow_corpus_dataset_round_trips_without_pickle(tmp_path) -> None:
+    import numpy as np
+    import scipy.sparse as sp
+
+    from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+    from fedtopic_pipelines.datasets import BowCorpusDataset
+
+    bow = BowCorpus(
+        sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0]], dtype=np.float32)),
+        np.array(["a:1", "a:2"]),
+        np.array(["x", "y"]),
+        np.array(["train", "test"]),
+    )
+    dataset = BowCorpusDataset(str(tmp_path / "bow" / "a.npz"))
+    dataset.save(bow)
+    back = dataset.load()
+    assert (back.matrix != bow.matrix).nnz == 0 and back.matrix.dtype == np.float32
+    assert back.doc_ids.tolist() == ["a:1", "a:2"] and back.split.tolist() == ["train", "test"]
+    assert back.subset("train").labels.tolist() == ["x"]
+    (tmp_path / "bow" / "a.parquet").unlink()
+    with pytest.raises(DatasetError, match="no bag of words"):
+        dataset.load()

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import scipy.sparse as sp
 from kedro.io import AbstractDataset, DatasetError
 
 from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.model_store import TrainedModel, load_models, save_models
 from fedtopic_pipelines.core.text.corpus import SourceTable, load_table
 from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
+from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 
 class DemoWheelDataset(AbstractDataset[None, RawCorpus]):
@@ -95,6 +97,38 @@ class ParquetShardsDataset(AbstractDataset[pd.DataFrame | ShardedTable, ShardedT
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._path)}
+
+
+class BowCorpusDataset(AbstractDataset[BowCorpus, BowCorpus]):
+    """An organisation's bag of words: the sparse matrix as a scipy ``.npz`` and, beside it, a
+    Parquet table of each row's document id, label and split. No pickle."""
+
+    def __init__(self, filepath: str) -> None:
+        self._matrix = Path(filepath)
+        self._rows = self._matrix.with_suffix(".parquet")
+
+    def _load(self) -> BowCorpus:
+        if not (self._matrix.is_file() and self._rows.is_file()):
+            raise DatasetError(f"no bag of words at '{self._matrix}': run the vocab_consensus pipeline first")
+        rows = pd.read_parquet(self._rows)
+        matrix = sp.load_npz(self._matrix).tocsr()
+        if matrix.shape[0] != len(rows):
+            raise DatasetError(f"'{self._matrix}' has {matrix.shape[0]} rows but '{self._rows}' lists {len(rows)}")
+        return BowCorpus(matrix, rows["doc_id"].to_numpy(), rows["label"].to_numpy(), rows["split"].to_numpy())
+
+    def _save(self, data: BowCorpus) -> None:
+        self._matrix.parent.mkdir(parents=True, exist_ok=True)
+        rows = pd.DataFrame({"doc_id": data.doc_ids, "label": data.labels, "split": data.split})
+        write_parquet_atomic(rows, self._rows)
+        partial = self._matrix.with_name(self._matrix.stem + ".partial.npz")
+        sp.save_npz(partial, data.matrix.tocsr())
+        os.replace(partial, self._matrix)
+
+    def _exists(self) -> bool:
+        return self._matrix.is_file() and self._rows.is_file()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._matrix)}
 
 
 class TrainedModelsDataset(AbstractDataset[dict[str, TrainedModel], dict[str, TrainedModel]]):
