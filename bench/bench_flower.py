@@ -5,11 +5,13 @@ authentication on) and train the demo ProdLDA with the base parameters; the in-p
 engine trains the same job in the same run, as the reference. Latency is the ServerApp's
 time from pushing a round's messages to holding every reply (``run.json``). Variants:
 
-* ``warm``: the project's SuperNode launcher (``flower/supernode.py``: ClientApps stay
-  alive, short waits), one compute thread per SuperNode (``LocalFederation`` default on a
-  machine with fewer cores than organisations);
-* ``warm-all-threads``: the same with every SuperNode using all cores (torch's default);
-* ``stock``: Flower's own ``flower-supernode`` (a fresh ClientApp process per message);
+* ``warm``: Flower's ``flower-supernode --isolation process`` with the project's executor
+  process beside it (``flower/executor.py``: ClientApps stay loaded), one compute thread
+  per organisation (``LocalFederation`` default on a machine with fewer cores than
+  organisations);
+* ``warm-all-threads``: the same with every executor using all cores (torch's default);
+* ``stock``: Flower's own ``flower-supernode`` with its default subprocess isolation (a
+  fresh ClientApp process per message);
 * ``warm-plaintext`` (only when named): ``warm`` without TLS and node authentication, to
   measure what they cost on the SuperLink.
 
@@ -44,7 +46,7 @@ from fedtopic_pipelines.flower.cli import (
     project_parameters,
 )
 from fedtopic_pipelines.flower.deployment import LocalFederation, exit_on_sigterm
-from fedtopic_pipelines.flower.supernode import ACTIVE_S
+from fedtopic_pipelines.flower.executor import Polling
 
 logger = logging.getLogger("bench")
 IN_PROCESS_REPEATS = 5  # in-process runs take a second: more repeats, median
@@ -105,10 +107,11 @@ def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, 
 
 def superlink_idle_cpu(federation: LocalFederation, window_s: float = 10.0) -> dict[str, float]:
     """Cores the SuperLink uses with no run going on, by its SuperNodes' polls: just after the
-    last run, and once they have slowed down (``FEDTOPIC_ACTIVE_S`` after their last message)."""
+    last run, and once the executors have slowed down (``FEDTOPIC_ACTIVE_S`` after their last
+    task; a stock SuperNode polls the SuperLink every 3 s either way)."""
     ended = time.monotonic()
     usage = {}
-    for after in (5.0, ACTIVE_S + 15):
+    for after in (5.0, Polling.from_env().active_s + 15):
         time.sleep(max(0.0, ended + after - time.monotonic()))
         before = cpu_seconds(federation)["superlink"]
         time.sleep(window_s)
