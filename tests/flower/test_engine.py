@@ -134,3 +134,16 @@ class StoppedRunGrid(HalfUploadGrid):
 def test_an_error_of_the_pull_is_raised_by_the_exchange() -> None:
     with pytest.raises(RuntimeError, match="run stopped"):
         exchange(StoppedRunGrid(arrive_after_s=0.0), messages(nodes=(2,)), timeout_s=5.0)
+
+
+class SlowPushGrid(HalfUploadGrid):
+    """The in-process test grid runs the ClientApps inside ``push_messages``: the replies are there when it returns."""
+
+    def push_messages(self, messages):
+        time.sleep(0.4)
+        return super().push_messages(messages)
+
+
+def test_the_timeout_counts_from_the_end_of_the_push() -> None:
+    replies, missing = exchange(SlowPushGrid(arrive_after_s=0.0), messages(nodes=(2, 3)), timeout_s=0.2)
+    assert set(replies) == {2, 3} and missing == {}

@@ -51,6 +51,9 @@ def exchange(
     """Push ``messages`` and pull their replies until all came or ``timeout_s`` passed.
 
     Returns the replies by destination node and, for every node without a reply, why.
+    The timeout counts from the end of the push: a grid whose push takes long (the
+    in-process test grid runs the ClientApps inside ``push_messages``) still gets its
+    replies pulled.
 
     Flower's ``pull_messages`` returns replies only with all their arrays: it takes every
     reply that is there from the SuperLink (each is handed out once), then pulls their
@@ -75,10 +78,10 @@ def exchange(
     and ``push_objects`` use thread pools). ``HttpGrid`` creates its client lazily; the
     first call, ``push_messages`` below, happens in this thread, before any pull starts.
     """
-    start = time.monotonic()
-    deadline = start + timeout_s
     nodes = [m.metadata.dst_node_id for m in messages]
     ids = list(grid.push_messages(messages))
+    start = time.monotonic()  # the nodes have timeout_s from when their messages are on the SuperLink
+    deadline = start + timeout_s
     node_of = {mid: node for mid, node in zip(ids, nodes, strict=True) if mid}
     missing = {node: "the SuperLink did not store the message" for node, mid in zip(nodes, ids, strict=True) if not mid}
     replies: dict[int, Message] = {}
