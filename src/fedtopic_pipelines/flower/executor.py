@@ -187,8 +187,10 @@ def run_task(address: str, token: str) -> None:
     from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
     from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
+    claimed = time.monotonic()
     client = _runtime_client(address, token)
     message = context = reply = None
+    received = computed = None
     status, details = SubStatus.FAILED, "fedtopic executor: unknown failure"
     heartbeat = HeartbeatSender(_task_heartbeat(client))
     heartbeat.start()
@@ -214,8 +216,10 @@ def run_task(address: str, token: str) -> None:
             backoff_cap=1.0,
         )
         message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's pull_task_input does
+        received = time.monotonic()
         app = _client_app(run, fab)
         reply = app(message=message, context=context)
+        computed = time.monotonic()
         status, details = SubStatus.COMPLETED, ""
     except Exception as exc:  # answer with an error reply, as Flower's own executor does
         logger.exception("ClientApp task failed")
@@ -233,6 +237,14 @@ def run_task(address: str, token: str) -> None:
         push_task_output(client=client, context=context, sub_status=status, details=details)
         heartbeat.stop()
         client.close()
+        if received is not None and computed is not None and message is not None:
+            logger.info(
+                "%s: message in %.3f s, ClientApp %.3f s, reply pushed in %.3f s",
+                message.metadata.message_type,
+                received - claimed,
+                computed - received,
+                time.monotonic() - computed,
+            )
 
 
 def _run_logged(address: str, token: str) -> None:
