@@ -300,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # Flower's logger prints its records itself
+        handler.addFilter(lambda record: not record.name.startswith("flwr"))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request: 20 a second while polling
     parent = Parent(args.parent_pid)
     logger.info(
