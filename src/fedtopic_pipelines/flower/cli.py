@@ -1,6 +1,6 @@
 """``make federation-up`` / ``federation-down`` / ``federation-demo``: a local Flower federation.
 
-    python -m fedtopic_pipelines.flower.cli up      # SuperLink + one SuperNode per organisation
+    python -m fedtopic_pipelines.flower.cli up      # SuperLink + one SuperNode (and executor) per organisation
     python -m fedtopic_pipelines.flower.cli down    # stop them
     python -m fedtopic_pipelines.flower.cli demo    # up, a short federated training, down, report
 

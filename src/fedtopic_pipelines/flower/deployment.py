@@ -11,6 +11,12 @@ loopback tests. Every process is Flower's own (``flower-superlink``, ``flower-su
   each public key is registered on the SuperLink (``flwr supernode register``) before its
   SuperNode starts, and the SuperLink refuses any other key.
 
+* **ClientApps** (``warm=True``, the default): each SuperNode runs with
+  ``--isolation process`` next to one executor process (``flower/executor.py``) that
+  claims its ClientApp tasks on the SuperNode's Runtime API and keeps the app loaded
+  between messages. ``warm=False`` is Flower's default: the SuperNode starts a SuperExec,
+  which starts a fresh ClientApp process for every message.
+
 Each process runs in its own session, so stopping kills its children too (SuperExec and
 ClientApp processes); ``stop`` runs on exit even when a run fails.
 """
@@ -153,7 +159,7 @@ class LocalFederation:
     tls: bool = True
     auth: bool = True
     warm: bool = True
-    threads_per_node: int | None = None  # torch/OpenMP threads of each SuperNode; None: cores / organisations
+    threads_per_node: int | None = None  # torch/OpenMP threads of each node's ClientApps; None: cores / organisations
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ports: dict[str, int] = field(default_factory=dict)
@@ -274,10 +280,9 @@ class LocalFederation:
         port = self.node_ports.setdefault(org, free_port())
         cache = self.root / "cache" / org
         node_config = f"organisation='{org}' data-path='{Path(data).resolve()}' cache-dir='{cache}'"
-        if self.warm:  # ClientApps that stay alive (flower/supernode.py)
-            args = [sys.executable, "-m", "fedtopic_pipelines.flower.supernode", "--isolation", "process"]
-        else:
-            args = [_bin("flower-supernode")]
+        args = [_bin("flower-supernode")]
+        if self.warm:  # ClientApps run by an executor process that keeps them loaded (flower/executor.py)
+            args += ["--isolation", "process"]
         args += ["--superlink", self.address, "--port", str(port)]
         args += ["--node-config", node_config]
         if self.tls:
@@ -289,22 +294,34 @@ class LocalFederation:
         return args
 
     def start_supernode(self, org: str, data: Path, register: bool = True) -> subprocess.Popen:
+        """The organisation's SuperNode and, when ``warm``, its executor (started right after it:
+        the executor waits for the SuperNode's Runtime API and exits once the SuperNode is gone)."""
         key = None
         if self.auth:
             key, public = make_key_pair(self.root / "keys", org)
             if register:
                 self.register(public, org)
+        home = self.root / "home" / org
+        threads = self.thread_limits()
+        # Without warm, the SuperNode's SuperExec and ClientApp processes inherit its environment.
+        supernode_env = {} if self.warm else threads
+        supernode = self._spawn(f"supernode-{org}", self.supernode_args(org, data, key), home, **supernode_env)
+        if self.warm:
+            self._spawn(f"executor-{org}", self.executor_args(org, supernode.pid), home, **threads)
+        return supernode
+
+    def executor_args(self, org: str, supernode_pid: int) -> list[str]:
+        address = f"127.0.0.1:{self.node_ports[org]}"  # flower-supernode's Runtime API listens on 127.0.0.1
+        module = "fedtopic_pipelines.flower.executor"
+        return [sys.executable, "-m", module, "--runtime-api-address", address, "--parent-pid", str(supernode_pid)]
+
+    def thread_limits(self) -> dict[str, str]:
+        """The compute-thread limit, for the processes where the ClientApps compute."""
         threads = str(self.node_threads())
-        return self._spawn(
-            f"supernode-{org}",
-            self.supernode_args(org, data, key),
-            self.root / "home" / org,
-            OMP_NUM_THREADS=threads,
-            MKL_NUM_THREADS=threads,
-        )
+        return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
 
     def node_threads(self) -> int:
-        """Compute threads per SuperNode. On one machine the organisations share its cores:
+        """Compute threads per organisation's node. On one machine the organisations share its cores:
         torch's default (all cores in every process) oversubscribes them, and OpenMP threads
         that spin while waiting for a core cost more than they compute (docs/performance.md)."""
         if self.threads_per_node is not None:
@@ -330,11 +347,20 @@ class LocalFederation:
         return self
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Kill one process and its children (a fault, in tests)."""
-        process = self.processes[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        process.wait(timeout=30)
+        """Kill one process and its children (a fault, in tests).
+
+        Killing ``supernode-<org>`` kills that organisation's executor too: a dead
+        organisation (the executor would only notice its SuperNode gone at its next poll).
+        """
+        names = [name]
+        executor = name.replace("supernode-", "executor-", 1)
+        if name.startswith("supernode-") and executor in self.processes:
+            names.append(executor)
+        for each in names:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.processes[each].pid, sig)
+        for each in names:
+            self.processes[each].wait(timeout=30)
 
     def serverapps(self) -> list[psutil.Process]:
         """The ``flwr-serverapp`` processes running a run on this federation's SuperLink.

@@ -7,17 +7,20 @@ answers with an error, or sends a reply that cannot be read as an update is repo
 ``Replies.failures`` with the reason; the server then leaves it out of the round and the
 remaining organisations' weights are renormalised (eq. 2 divides by the accepted sizes).
 
-The timeout also bounds the pull of a reply's arrays (``PULL_DEADLINE``): a node killed
-while uploading leaves a reply whose arrays never arrive, and Flower would otherwise
-retry that pull for minutes.
+The timeout also bounds the pull of a reply's arrays, without touching Flower: a node
+killed while uploading leaves a reply whose arrays never arrive, and Flower's
+``pull_messages`` retries that pull for minutes. ``exchange`` therefore pulls each reply
+in a worker thread of its own and stops waiting for them at the deadline (see its docstring).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import queue
+import threading
 import time
 from collections.abc import Mapping
-from contextvars import ContextVar
 from typing import Any
 
 from flwr.app import Message, RecordDict
@@ -35,20 +38,19 @@ from fedtopic_pipelines.flower.records import (
 
 logger = logging.getLogger(__name__)
 
-# ``time.monotonic()`` by which the current exchange must hold its replies, arrays included.
-PULL_DEADLINE: ContextVar[float | None] = ContextVar("fedtopic_pull_deadline", default=None)
-
-
-def pull_time_left(default: float) -> float:
-    """Seconds left to pull a reply's arrays: until the exchange's deadline, else ``default``."""
-    deadline = PULL_DEADLINE.get()
-    return default if deadline is None else max(0.0, deadline - time.monotonic())
-
 
 def message_type(instruction: Instruction) -> str:
     """``train.<kind>`` for a training round, ``evaluate`` for a validation round."""
     action = str(instruction.config.get("action", "gradients"))
     return "evaluate" if action == EVALUATE else f"train.{action}"
+
+
+def _pull(grid: Grid, message_id: str, done: queue.SimpleQueue) -> None:
+    """``grid.pull_messages`` of one reply, in a worker thread; the result, or what it raised, goes to ``done``."""
+    try:
+        done.put((message_id, list(grid.pull_messages([message_id])), None))
+    except BaseException as exc:  # handed to the exchange that started the pull, if it still waits
+        done.put((message_id, [], exc))
 
 
 def exchange(
@@ -57,31 +59,86 @@ def exchange(
     """Push ``messages`` and pull their replies until all came or ``timeout_s`` passed.
 
     Returns the replies by destination node and, for every node without a reply, why.
+    The timeout counts from the end of the push: a grid whose push takes long (the
+    in-process test grid runs the ClientApps inside ``push_messages``) still gets its
+    replies pulled.
+
+    Flower's ``pull_messages`` returns replies only with all their arrays: it takes every
+    reply that is there from the SuperLink (each is handed out once), then pulls their
+    arrays one reply after the other, retrying arrays still uploading (1 s backoff,
+    doubling to 10 s) until they come or the SuperLink drops the upload session (180 s
+    in Flower 1.41). A node killed mid-upload would hold the round that long, and with it
+    every reply taken in the same pull. So, without changing Flower:
+
+    * each pull asks for one reply and runs in a daemon thread; every ``poll_s`` one more
+      starts, for the next reply in turn that is neither in nor being pulled (one request
+      per ``poll_s``, as a single pull of all would make). A pull held by a half-uploaded
+      reply holds only that reply: the others are pulled beside it;
+    * at the deadline the pulls still running are left behind and their nodes reported
+      "no reply within T s". Each exchange collects results on a queue of its own, so a
+      pull that ends later cannot put replies (or an exception) into a later round;
+    * an exception of a pull (the run was stopped) is raised here, as before.
+
+    Concurrent pulls share the grid's one ``RuntimeHttpClient``. That is safe: its
+    ``httpx.Client`` "can be shared between threads" (httpx docs; httpcore guards its
+    connection pool with a lock), Flower's retry invoker guards its state with locks,
+    and Flower itself already calls this client from several threads (``pull_objects``
+    and ``push_objects`` use thread pools). ``HttpGrid`` creates its client lazily; the
+    first call, ``push_messages`` below, happens in this thread, before any pull starts.
     """
-    start = time.monotonic()
-    deadline = start + timeout_s
     nodes = [m.metadata.dst_node_id for m in messages]
     ids = list(grid.push_messages(messages))
+    start = time.monotonic()  # the nodes have timeout_s from when their messages are on the SuperLink
+    deadline = start + timeout_s
     node_of = {mid: node for mid, node in zip(ids, nodes, strict=True) if mid}
     missing = {node: "the SuperLink did not store the message" for node, mid in zip(nodes, ids, strict=True) if not mid}
     replies: dict[int, Message] = {}
     pending = set(node_of)
-    token = PULL_DEADLINE.set(deadline)
-    try:
-        while pending:
-            # One last pull after the deadline: a pull can block until the deadline on a reply
-            # whose arrays never finish, while other replies arrive in time behind it.
-            last = time.monotonic() >= deadline
-            for reply in grid.pull_messages(list(pending)):
-                mid = reply.metadata.reply_to_message_id
-                if mid in pending:
-                    pending.discard(mid)
-                    replies[node_of[mid]] = reply
-            if not pending or last:
-                break
-            time.sleep(poll_s)
-    finally:
-        PULL_DEADLINE.reset(token)
+    turns = collections.deque(node_of)  # whose reply is pulled next
+    pulling: set[str] = set()  # message ids whose reply a pull is fetching
+    done: queue.SimpleQueue = queue.SimpleQueue()  # this exchange's only: late pulls write where no one reads
+    next_pull = start
+
+    def take(result: tuple[str, list[Message], BaseException | None]) -> None:
+        message_id, pulled, error = result
+        pulling.discard(message_id)
+        if error is not None:
+            raise error
+        for reply in pulled:
+            mid = reply.metadata.reply_to_message_id
+            if mid in pending:
+                pending.discard(mid)
+                replies[node_of[mid]] = reply
+
+    def next_turn() -> str | None:
+        for _ in range(len(turns)):
+            mid = turns.popleft()
+            if mid not in pending:
+                continue  # answered: out of the rotation
+            turns.append(mid)
+            if mid not in pulling:
+                return mid
+        return None
+
+    while pending:
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        if now >= next_pull and (mid := next_turn()) is not None:
+            pulling.add(mid)
+            threading.Thread(target=_pull, args=(grid, mid, done), daemon=True, name="fedtopic-pull-reply").start()
+            next_pull = now + poll_s
+            continue
+        wake = next_pull if len(pulling) < len(pending) else deadline  # all pulled: wait for one to end
+        try:
+            take(done.get(timeout=max(0.0, min(wake, deadline) - now)))
+        except queue.Empty:
+            continue
+    while pending and pulling:  # pulls that ended by now count; the others are left behind
+        try:
+            take(done.get_nowait())
+        except queue.Empty:
+            break
     missing.update({node_of[mid]: f"no reply within {timeout_s:g} s" for mid in pending})
     return replies, missing
 

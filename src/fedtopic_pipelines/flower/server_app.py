@@ -3,6 +3,9 @@
 ``flwr run`` has no channel back to the submitter, so the result (vocabulary, trained
 model, per-round latencies) is written to ``output-dir`` from the run config, which the
 Kedro node that submitted the run reads.
+
+Nothing here changes Flower: the round timeout bounds a reply whose arrays never finish
+uploading in ``engine.exchange``, which stops waiting for Flower's pull at the deadline.
 """
 
 from __future__ import annotations
@@ -10,31 +13,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import flwr.superlink.grid.http_grid as http_grid
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.supercore.constant import PULL_MAX_TIME
-from flwr.supercore.inflatable import inflatable_utils
 
-from fedtopic_pipelines.flower.engine import pull_time_left
 from fedtopic_pipelines.flower.federation import Job, run_flower_federation, save_result
 
 logger = logging.getLogger(__name__)
-
-
-def pull_objects(*args, **kwargs):
-    """Flower's object pull, retried from 10 ms (not 1 s, doubling) and only until the round's deadline.
-
-    A reply is visible before its arrays finish uploading, and Flower 1.41 hard-codes the
-    retry backoff. The cap stays at 1 s; the deadline (``engine.PULL_DEADLINE``) turns a
-    reply whose sender died mid-upload into that node's failure for the round instead of
-    minutes of retries.
-    """
-    kwargs.setdefault("max_time", pull_time_left(PULL_MAX_TIME))
-    return inflatable_utils.pull_objects(*args, initial_backoff=0.01, backoff_cap=1.0, **kwargs)
-
-
-http_grid.pull_objects = pull_objects
 
 app = ServerApp()
 
