@@ -278,7 +278,7 @@ class FlowerConfig(ConfigModel):
     round_timeout_s: PositiveFloat = 120.0
     stage_timeout_s: PositiveFloat = 1800.0
     connect_timeout_s: PositiveFloat = 120.0
-    poll_s: PositiveFloat = 0.01
+    poll_s: PositiveFloat = 0.05
 
 
 Scenario = Literal["federated", "centralized", "non_collaborative"]

@@ -109,12 +109,39 @@ class Parent:
             return False
 
 
-def _runtime_client(address: str, token: str | None = None):
-    """Flower's Runtime API client, as ``flwr-clientapp`` builds it (plain HTTP on loopback).
+RETRIED_STATUS = frozenset({502, 503, 504})
 
-    No retry invoker: Flower's signals its own process on HTTP 401 (a task token that is no
-    longer valid), which here would stop every other task of the executor too.
+
+def transport_retries(max_tries: int = 6, max_time_s: float = 30.0):
+    """Retry a Runtime API call that failed in transport, as Flower's own clients do.
+
+    The SuperNode's Runtime API server (uvicorn) closes a keep-alive connection after 5 s
+    idle; a task whose ClientApp computed longer then sends its reply on a closed connection
+    and gets ``RemoteProtocolError`` ("Server disconnected without sending a response"),
+    though the request never reached the server. Without a retry that reply is lost and the
+    stock SuperNode waits for it forever (it pushes replies one message at a time). HTTP
+    errors other than 502/503/504 are not retried, and nothing here signals the process
+    (Flower's ``make_simple_http_retry_invoker`` sends SIGINT to its own process on HTTP 401,
+    which here would stop every other task of the executor).
     """
+    from flwr.supercore.retry import RetryInvoker, exponential
+
+    def give_up(exc: Exception) -> bool:
+        return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code not in RETRIED_STATUS
+
+    return RetryInvoker(
+        lambda: exponential(base_delay=0.01, multiplier=2, max_delay=1),
+        (httpx.TransportError, httpx.HTTPStatusError),
+        max_tries=max_tries,
+        max_time=max_time_s,
+        jitter=None,
+        should_giveup=give_up,
+    )
+
+
+def _runtime_client(address: str, token: str | None = None):
+    """Flower's Runtime API client, as ``flwr-clientapp`` builds it (plain HTTP on loopback),
+    with :func:`transport_retries`."""
     from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
     from flwr.supercore.runtime import RuntimeHttpClient
 
@@ -122,7 +149,11 @@ def _runtime_client(address: str, token: str | None = None):
     if token is not None:
         interceptors.append(RuntimeTokenHttpInterceptor(token))
     return RuntimeHttpClient.from_server_address(
-        server_address=address, insecure=True, root_certificates=None, interceptors=interceptors
+        server_address=address,
+        insecure=True,
+        root_certificates=None,
+        interceptors=interceptors,
+        retry_invoker=transport_retries(),
     )
 
 
