@@ -157,7 +157,18 @@ MultiMatch = Literal["first", "all", "drop"]
 OrganisationRules = Annotated[dict[str, Rules], Field(min_length=1)]
 
 
-class IngestWikipediaConfig(ConfigModel):
+class StreamingIngestConfig(ConfigModel):
+    """What the streaming ingestions share: organisations by rules, the multi-match policy, the
+    seeded test split and the worker processes (null: all cores)."""
+
+    organisations: OrganisationRules
+    multi_match: MultiMatch = "all"
+    test_fraction: Fraction = 0.2
+    seed: Seed = 42
+    processes: PositiveInt | None = None
+
+
+class IngestWikipediaConfig(StreamingIngestConfig):
     """Wikipedia dumps: category rules per organisation and how the stream is cut into work units.
 
     A rule is a keyword (case-insensitive, matched as a whole word inside a category
@@ -166,31 +177,21 @@ class IngestWikipediaConfig(ConfigModel):
 
     block: ClassVar[str] = "ingest_wikipedia"
 
-    organisations: OrganisationRules
-    multi_match: MultiMatch = "all"
     max_articles: PositiveInt | None = None
-    test_fraction: Fraction = 0.2
-    seed: Seed = 42
-    processes: PositiveInt | None = None
     unit_mib: PositiveFloat = 8.0
 
 
-class IngestS2orcConfig(ConfigModel):
+class IngestS2orcConfig(StreamingIngestConfig):
     """S2ORC shards: fields of study per organisation and the textual fields joined into a document."""
 
     block: ClassVar[str] = "ingest_s2orc"
 
-    organisations: OrganisationRules
     text_fields: Annotated[tuple[Literal["title", "abstract", "body_text"], ...], Field(min_length=1)] = (
         "title",
         "abstract",
         "body_text",
     )
-    multi_match: MultiMatch = "all"
     max_documents: PositiveInt | None = None
-    test_fraction: Fraction = 0.2
-    seed: Seed = 42
-    processes: PositiveInt | None = None
     shard_documents: PositiveInt = 20000
 
 
