@@ -1,7 +1,7 @@
 """Dataset names shared by the pipelines.
 
 Private datasets live in an organisation's namespace (``clients.<org>.*``); what
-crosses to the server has a flat name (``term_counts__<org>``, ``evaluation__<org>``),
+crosses to the server has a flat name (``vocabulary_proposal__<org>``, ``evaluation__<org>``),
 which makes the privacy boundary visible in the catalog.
 """
 

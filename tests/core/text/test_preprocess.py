@@ -12,7 +12,7 @@ from fedtopic_pipelines.core.config import PreprocessConfig
 from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.text.demo import CorpusError
 from fedtopic_pipelines.core.text.preprocess import preprocess_shards
-from fedtopic_pipelines.core.text.tokenize import document_frequency_vocabulary, tokenize_documents
+from fedtopic_pipelines.core.text.tokenize import tokenize_documents
 
 WORDS = [
     "rocket",
@@ -55,11 +55,24 @@ def sharded(frame: pd.DataFrame, tmp_path, size: int) -> ShardedTable:
     return ShardedTable(paths)
 
 
+def document_frequency_vocabulary(docs: list[list[str]], min_df: int, max_df: float) -> set[str]:
+    """Terms in at least ``min_df`` and at most ``max_df`` (a fraction) of ``docs``, counted in memory."""
+    df: Counter[str] = Counter()
+    for doc in docs:
+        df.update(set(doc))
+    return {t for t, n in df.items() if min_df <= n <= max_df * len(docs)}
+
+
+def test_the_in_memory_reference_applies_both_limits() -> None:
+    docs = [["a", "b", "c"], ["a", "b"], ["a", "d"], ["a"]]
+    assert document_frequency_vocabulary(docs, min_df=2, max_df=0.75) == {"b"}  # a: 4/4 > 0.75; c, d: 1
+
+
 def reference(frame: pd.DataFrame, config: PreprocessConfig) -> tuple[list[str], dict[str, int]]:
     """The in-memory algorithm: tokenise all, vocabulary on train, filter, drop empty, count train."""
     docs = tokenize_documents(frame["text"], config)
     train = [d for d, s in zip(docs, frame["split"], strict=True) if s == "train"]
-    keep, _ = document_frequency_vocabulary(train, config.min_df, config.max_df)
+    keep = document_frequency_vocabulary(train, config.min_df, config.max_df)
     kept = [" ".join(t for t in d if t in keep) for d in docs]
     counts: Counter[str] = Counter()
     for text, split in zip(kept, frame["split"], strict=True):

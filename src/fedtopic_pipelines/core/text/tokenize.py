@@ -61,19 +61,6 @@ def _stopwords(source: str) -> frozenset[str]:
     return stopword_set(source) if source != "none" else frozenset()
 
 
-def document_frequency_vocabulary(docs: Sequence[list[str]], min_df: int, max_df: float) -> tuple[set[str], int]:
-    """Terms found in at least ``min_df`` and at most ``max_df`` (a fraction) of ``docs``.
-
-    Returns the kept terms and how many distinct terms were removed.
-    """
-    df: Counter[str] = Counter()
-    for doc in docs:
-        df.update(set(doc))
-    max_docs = max_df * len(docs)
-    keep = {t for t, n in df.items() if min_df <= n <= max_docs}
-    return keep, len(df) - len(keep)
-
-
 def term_counts(docs: Iterable[Sequence[str]]) -> Counter[str]:
     """Corpus-level term frequencies: the only text-derived object that leaves an organisation."""
     counts: Counter[str] = Counter()
