@@ -25,7 +25,7 @@ def test_unknown_scenario_is_named() -> None:
 
 
 def test_unknown_family_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"train.model.*'lda'.*expected tags: 'prodlda'"):
+    with pytest.raises(ConfigError, match=r"parameter 'train.model.family' is 'lda'; expected one of \['prodlda'\]"):
         TrainConfig.from_params({"model": {"family": "lda"}})
 
 
@@ -130,6 +130,12 @@ def test_ingest_blocks_reject_unknown_keys_and_bad_caps() -> None:
 def test_an_unknown_top_level_block_is_named() -> None:
     with pytest.raises(ConfigError, match=r"unknown parameter block\(s\) \['trian'\]"):
         validate_parameters({"trian": {"max_steps": 5}, "train": {}})
+
+
+@pytest.mark.parametrize("organisations", [5, "computers", {"a": 1}, ["a", 3]])
+def test_organisations_must_be_a_list_of_names(organisations) -> None:
+    with pytest.raises(ConfigError, match="parameter 'organisations' must be a list of names"):
+        validate_parameters({"organisations": organisations})
 
 
 def test_every_block_of_the_project_is_checked_at_once() -> None:

@@ -39,3 +39,13 @@ def test_a_pickle_or_other_kind_is_refused_by_name(tmp_path) -> None:
 def test_values_that_cannot_be_stored_are_named() -> None:
     with pytest.raises(TypeError, match="object"):
         persist.flatten({"x": object()})
+
+
+def test_the_structure_is_in_the_body_not_the_size_capped_header(tmp_path) -> None:
+    """safetensors caps its JSON header at 100 MB; a long run's checkpoint history must not live there."""
+    history = [{"round": i, "client_loss": {f"organisation_{k}": 70.0 + k for k in range(5)}} for i in range(5_000)]
+    path = tmp_path / "long.safetensors"
+    persist.save(path, {"history": history, "w": torch.zeros(2)}, "test")
+    header_bytes = int.from_bytes(path.read_bytes()[:8], "little")
+    assert header_bytes < 1_000 < path.stat().st_size / 100  # the header names tensors and the kind only
+    assert persist.load(path, "test")["history"][-1] == history[-1]

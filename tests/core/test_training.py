@@ -124,3 +124,16 @@ def test_a_killed_in_process_run_resumes_from_its_last_checkpoint(tmp_path, capl
     assert [r.round for r in resumed.history] == list(range(steps))  # none lost, none repeated
     assert [r.loss for r in resumed.history] == [r.loss for r in expected.history]
     assert all(torch.equal(resumed.state[k], expected.state[k]) for k in expected.state)
+
+
+def test_a_checkpoint_of_other_data_is_not_resumed(tmp_path) -> None:
+    """Same organisations, sizes, vocabulary and parameters, different documents: a finished
+    checkpoint of the first data must not be handed back as the model of the second."""
+    config = CONFIG.replace(scenarios=("federated",), checkpoint_every=5, checkpoint_dir=str(tmp_path))
+    first = _matrices()
+    second = dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40, seed=1), strict=True))
+    train_scenarios(first, config, progress=False)
+    again = train_scenarios(second, config, progress=False)["federated"]
+    fresh = train_scenarios(second, config.replace(checkpoint_every=0, checkpoint_dir=None), progress=False)
+    assert all(torch.equal(again.state[k], fresh["federated"].state[k]) for k in again.state)
+    assert len(list(tmp_path.glob("federated-*.safetensors"))) == 2  # one per data

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from flwr.app import ConfigRecord, Error, Message, RecordDict
+from flwr.supercore.run import RunNotRunningException
 
 from fedtopic_pipelines.flower.engine import exchange
 from tests.flower.local_grid import set_task_identity
@@ -128,12 +129,29 @@ def test_all_replies_end_the_exchange_before_the_timeout() -> None:
 
 class StoppedRunGrid(HalfUploadGrid):
     def pull_messages(self, message_ids):
-        raise RuntimeError("run stopped")
+        raise RunNotRunningException
 
 
-def test_an_error_of_the_pull_is_raised_by_the_exchange() -> None:
-    with pytest.raises(RuntimeError, match="run stopped"):
+class BrokenReplyGrid(HalfUploadGrid):
+    """Node 3's reply cannot be pulled (an object that does not inflate); the others can."""
+
+    def pull_messages(self, message_ids):
+        with self.lock:
+            nodes = {self.waiting[mid][0].metadata.dst_node_id for mid in message_ids if mid in self.waiting}
+        if 3 in nodes:
+            raise ValueError("object could not be inflated")
+        return super().pull_messages(message_ids)
+
+
+def test_a_stopped_run_ends_the_exchange() -> None:
+    with pytest.raises(RunNotRunningException):
         exchange(StoppedRunGrid(arrive_after_s=0.0), messages(nodes=(2,)), timeout_s=5.0)
+
+
+def test_any_other_error_of_a_pull_is_only_that_nodes_failure() -> None:
+    replies, missing = exchange(BrokenReplyGrid(arrive_after_s=0.0), messages(nodes=(2, 3, 4)), timeout_s=5.0)
+    assert set(replies) == {2, 4}
+    assert missing == {3: "its reply could not be pulled: ValueError: object could not be inflated"}
 
 
 class SlowPushGrid(HalfUploadGrid):

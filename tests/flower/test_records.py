@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 from fedtopic_pipelines.flower.records import (
@@ -57,9 +60,9 @@ def _reply(records: dict | None = None, **meta) -> RecordDict:
         ({}, {"num_examples": 4.5}, "num_examples must be an integer"),
         ({}, {"metric_values": ["high"]}, "metrics must be names with float values"),
         ({}, {"metric_names": ["loss", "kl"]}, "metrics must be names with float values"),
-        ({"arrays": ArrayRecord({"float32": torch.ones(3)})}, {}, "runs past the packed data"),
-        ({"arrays": ArrayRecord({"float32": torch.ones(5)})}, {}, "does not cover the packed data"),
-        ({}, {"layout.dtypes": ["int8"]}, "bad layout"),
+        ({"arrays": ArrayRecord({"float32": torch.ones(3)})}, {}, "needs a flat float32 array of 4 values"),
+        ({"arrays": ArrayRecord({"float32": torch.ones(5)})}, {}, "needs a flat float32 array of 4 values"),
+        ({}, {"layout.dtypes": ["int8"]}, "needs a flat float32 array of 0 values"),
         ({}, {"layout.groups": ["backdoor"]}, "unknown groups ['backdoor']"),
         ({}, {"layout.names": ["w", "v"]}, "1 groups, 2 names"),
     ],
@@ -104,3 +107,33 @@ def test_query_payloads_and_answers_round_trip_with_nested_blocks_as_json() -> N
     assert decode_config(record) == values
     with pytest.raises(MalformedRecord, match="'train.json' is not JSON"):
         decode_config(ConfigRecord({"train.json": "{not json"}))
+
+
+def _npy(values: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, values, allow_pickle=values.dtype == object)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("array", "says"),
+    [
+        (
+            Array(dtype="float32", shape=(4,), stype="numpy.ndarray", data=_npy(np.array(["ab", "cd", "e", "f"]))),
+            "holds",
+        ),
+        (Array(dtype="float32", shape=(4,), stype="numpy.ndarray", data=b"not a npy file"), "cannot be read"),
+        (Array(dtype="float32", shape=(4,), stype="torch.Tensor", data=b"xx"), "not a numeric numpy array"),
+        (
+            Array(dtype="float32", shape=(4,), stype="numpy.ndarray", data=_npy(np.array([object()] * 4))),
+            "cannot be read",
+        ),
+        (Array(dtype="float32", shape=(10**12,), stype="numpy.ndarray", data=b""), "needs a flat float32 array of 4"),
+    ],
+    ids=["strings", "garbage", "other-stype", "pickled-objects", "huge-declared-shape"],
+)
+def test_a_crafted_array_is_a_malformed_reply_not_a_crash(array, says) -> None:
+    """Any array a node can send is refused as that node's malformed reply, before it is read
+    whole: a crash here would end the run for every organisation."""
+    with pytest.raises(MalformedRecord, match=says):
+        record_to_update(_reply({"arrays": ArrayRecord({"float32": array})}), "alpha")

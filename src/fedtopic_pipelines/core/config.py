@@ -95,6 +95,9 @@ def config_error(exc: ValidationError, where: str) -> ConfigError:
         kind = error["type"]
         if kind == "extra_forbidden":
             lines.append(f"unknown parameter '{path}'")
+        elif kind == "union_tag_invalid":  # the family of train.model
+            tag = error.get("ctx", {}).get("tag")
+            lines.append(f"parameter '{path}.family' is {tag!r}; expected one of {list(FAMILY_TAGS)}")
         elif kind == "missing":
             lines.append(f"parameter '{path}' is missing")
         elif error["loc"] and kind not in ("model_type",):
@@ -342,9 +345,12 @@ class TrainConfig(ConfigModel):
         return from_mapping(cls, raw, "train")
 
     def training_key(self) -> dict[str, Any]:
-        """What the trained model depends on: the block without how the run is hosted or logged
-        (engine, Flower timeouts, MLflow thinning, checkpoint place), for checkpoint identity."""
-        return self.model_dump(mode="json", exclude={"engine", "flower", "mlflow_every", "checkpoint_dir"})
+        """What one scenario's run depends on, for checkpoint identity: the block without the
+        Flower timeouts, MLflow thinning, checkpoint place and interval, or the list of scenarios
+        (each scenario has its own checkpoint). The engine stays in: a checkpoint written in
+        process is not handed back as the result of a run asked for on Flower."""
+        exclude = {"flower", "mlflow_every", "checkpoint_dir", "checkpoint_every", "scenarios"}
+        return self.model_dump(mode="json", exclude=exclude)
 
 
 # Evaluation ---------------------------------------------------------------------------

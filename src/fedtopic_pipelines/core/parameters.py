@@ -75,7 +75,7 @@ def validate_parameters(params: Mapping[str, Any]) -> ProjectConfig:
     if unknown:
         raise ConfigError(f"unknown parameter block(s) {unknown}; known: {sorted(KNOWN)}")
     organisations = params.get("organisations") or []
-    if isinstance(organisations, str) or not all(isinstance(o, str) for o in organisations):
+    if not isinstance(organisations, list | tuple) or not all(isinstance(o, str) for o in organisations):
         raise ConfigError(f"parameter 'organisations' must be a list of names, got {organisations!r}")
     blocks = {name: from_mapping(cls, params[name], name) for name, cls in BLOCKS.items() if name in params}
     synthetic = None

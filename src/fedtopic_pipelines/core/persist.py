@@ -3,8 +3,10 @@
 A trained model or a server checkpoint is a nested structure (state dicts, optimizer
 state, histories, generator states) of tensors and plain values. :func:`flatten` splits it
 into named tensors and a JSON skeleton that refers to them; :func:`save` writes both into
-one ``.safetensors`` file (the skeleton in its metadata header); :func:`load` reads them
-back and :func:`unflatten` rebuilds the structure. Loading never executes code from the
+one ``.safetensors`` file (the skeleton as UTF-8 bytes in a tensor of its own, since the
+format caps its metadata header at 100 MB and a long run's history can outgrow that; the
+header names only the kind of file); :func:`load` reads them back and :func:`unflatten`
+rebuilds the structure. Loading never executes code from the
 file, unlike ``torch.load(weights_only=False)``, so a file written by a peer (a Flower
 result, a checkpoint in a shared folder) can only be wrong data, which the reader checks.
 """
@@ -22,6 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 HEADER_KEY = "fedtopic"
+SKELETON = "__skeleton__"  # the tensor holding the JSON skeleton
 TENSOR = "__tensor__"
 TUPLE = "__tuple__"
 
@@ -73,11 +76,11 @@ def unflatten(skeleton: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 def save(path: Path, value: Any, kind: str) -> None:
     """Write ``value`` to ``path`` atomically (a temporary file, then a rename); ``kind`` names what it is."""
     skeleton, tensors = flatten(value)
-    header = json.dumps({"kind": kind, "value": skeleton})
+    tensors[SKELETON] = torch.frombuffer(bytearray(json.dumps(skeleton).encode()), dtype=torch.uint8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    save_file(tensors, str(partial), metadata={HEADER_KEY: header})
+    save_file(tensors, str(partial), metadata={HEADER_KEY: json.dumps({"kind": kind})})
     os.replace(partial, path)
 
 
@@ -96,6 +99,7 @@ def load(path: Path, kind: str) -> Any:
         found = header.get("kind") if isinstance(header, dict) else None
         raise PersistError(f"'{path}' holds {found!r}, expected a {kind!r} file")
     try:
-        return unflatten(header["value"], tensors)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PersistError(f"'{path}' has a damaged header: {exc!r}") from None
+        skeleton = json.loads(bytes(tensors.pop(SKELETON).numpy()).decode())
+        return unflatten(skeleton, tensors)
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise PersistError(f"'{path}' has a damaged skeleton: {exc!r}") from None

@@ -39,12 +39,12 @@ from fedtopic_pipelines.core.config import (
     from_mapping,
 )
 from fedtopic_pipelines.core.federated.batching import derive_seed
-from fedtopic_pipelines.core.federated.site import resolve_device
+from fedtopic_pipelines.core.federated.site import Site, resolve_device
 from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss, tss_baseline
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.synthetic import SyntheticCorpus, generate
 from fedtopic_pipelines.core.training import train_scenarios
-from fedtopic_pipelines.core.vocab.consensus import build_vocabulary
+from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,8 @@ def consensus_matrices(
     for name, org in corpus.organisations.items():
         totals = np.asarray(org.train.sum(axis=0)).ravel()
         counts[name] = {corpus.vocabulary[j]: int(totals[j]) for j in np.flatnonzero(totals)}
-    vocabulary = build_vocabulary(counts, consensus)["term"].tolist()
+    proposals = {name: Site(name).propose(c, consensus) for name, c in counts.items()}
+    vocabulary = merge_vocabularies(proposals, consensus.merge)["term"].tolist()
     columns = np.array([index[t] for t in vocabulary])
     train = {name: org.train[:, columns].tocsr() for name, org in corpus.organisations.items()}
     validation = {name: org.validation[:, columns].tocsr() for name, org in corpus.organisations.items()}

@@ -25,6 +25,7 @@ from typing import Any
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.run import RunNotRunningException
 
 from fedtopic_pipelines.core.federated.engine import FederationError
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Replies, Update
@@ -77,7 +78,8 @@ def exchange(
     * at the deadline the pulls still running are left behind and their nodes reported
       "no reply within T s". Each exchange collects results on a queue of its own, so a
       pull that ends later cannot put replies (or an exception) into a later round;
-    * an exception of a pull (the run was stopped) is raised here, as before.
+    * a pull that raises because the run is no longer running ends the exchange with that
+      exception; any other exception of a pull is its node's failure for this exchange.
 
     Concurrent pulls share the grid's one ``RuntimeHttpClient``. That is safe: its
     ``httpx.Client`` "can be shared between threads" (httpx docs; httpcore guards its
@@ -103,7 +105,13 @@ def exchange(
         message_id, pulled, error = result
         pulling.discard(message_id)
         if error is not None:
-            raise error
+            if isinstance(error, RunNotRunningException) or not isinstance(error, Exception):
+                raise error  # the run was stopped (or the process is exiting): nothing more to pull
+            # anything else (an object its node uploaded that does not inflate, a transport
+            # error) is that node's failure for this exchange, not the end of the run
+            pending.discard(message_id)
+            missing[node_of[message_id]] = f"its reply could not be pulled: {type(error).__name__}: {error}"
+            return
         for reply in pulled:
             mid = reply.metadata.reply_to_message_id
             if mid in pending:
@@ -211,5 +219,7 @@ class GridEngine:
                 updates.append(record_to_update(reply.content, org))
             except MalformedRecord as exc:
                 failures[org] = f"malformed reply: {exc}"
+            except Exception as exc:  # a reply no check foresaw is still only this organisation's failure
+                failures[org] = f"unreadable reply: {type(exc).__name__}: {exc}"
         self.latencies.append(time.perf_counter() - start)
         return Replies(updates, failures)

@@ -65,6 +65,39 @@ def pack(groups: dict[str, dict[str, torch.Tensor]]) -> tuple[ArrayRecord, dict[
     return arrays, dict(zip(LAYOUT_KEYS, columns, strict=True))
 
 
+# What a tensor of a message may be: numbers only (a peer's string or object array is refused).
+ARRAY_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"})
+
+
+def _arrays(arrays: ArrayRecord, dtypes: list[str], ndims: list[int], dims: list[int]) -> dict[str, torch.Tensor]:
+    """The packed arrays as tensors, checked before anything is deserialised: numpy-serialised,
+    a numeric dtype, and no larger than the layout needs (a peer cannot make the server
+    allocate more than the message it declared). Any other problem is :class:`MalformedRecord`."""
+    needed: dict[str, int] = {}
+    position = 0
+    for dtype, ndim in zip(dtypes, ndims, strict=True):
+        shape = dims[position : position + max(ndim, 0)]
+        position += max(ndim, 0)
+        needed[dtype] = needed.get(dtype, 0) + math.prod(max(d, 0) for d in shape)
+    packed = {}
+    for name, array in arrays.items():
+        if name not in ARRAY_DTYPES or getattr(array, "stype", None) != "numpy.ndarray":
+            raise MalformedRecord(f"array '{name}' is not a numeric numpy array")
+        if array.dtype != name or list(array.shape) != [needed.get(name, 0)]:
+            raise MalformedRecord(
+                f"array '{name}' declares dtype {array.dtype} and shape {list(array.shape)}; the layout needs "
+                f"a flat {name} array of {needed.get(name, 0)} values"
+            )
+        try:
+            values = array.numpy()
+        except (TypeError, ValueError, EOFError, OSError) as exc:
+            raise MalformedRecord(f"array '{name}' cannot be read: {exc}") from None
+        if values.dtype.name != name or values.shape != (needed.get(name, 0),):
+            raise MalformedRecord(f"array '{name}' holds {values.dtype} {list(values.shape)}, not what it declared")
+        packed[name] = torch.from_numpy(values.copy())
+    return packed
+
+
 def unpack(arrays: ArrayRecord, layout: dict[str, Any], groups: tuple[str, ...]) -> dict[str, dict[str, torch.Tensor]]:
     """The tensors :func:`pack` packed, by group; :class:`MalformedRecord` if the layout does not fit."""
     try:
@@ -79,7 +112,7 @@ def unpack(arrays: ArrayRecord, layout: dict[str, Any], groups: tuple[str, ...])
     unknown = sorted(set(group_of) - set(groups))
     if unknown:
         raise MalformedRecord(f"layout: unknown groups {unknown} (expected some of {list(groups)})")
-    packed = {dtype: torch.from_numpy(a.numpy().copy()) for dtype, a in arrays.items()}
+    packed = _arrays(arrays, dtypes, ndims, dims)
     offsets = dict.fromkeys(packed, 0)
     out: dict[str, dict[str, torch.Tensor]] = {g: {} for g in groups}
     position = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ def train_on_flower(
 ) -> tuple[TrainedModel, dict[str, Any]]:
     """Submit ``job``; return the trained model and the run's facts (nodes, round latencies)."""
     federation = LocalFederation.attach(federation_dir)
-    folder = federation.root / "runs" / time.strftime("%Y%m%d-%H%M%S")
-    folder.mkdir(parents=True, exist_ok=True)
+    runs = federation.root / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=runs))  # never two jobs in one folder
     (folder / "job.json").write_text(json.dumps(job.to_dict(), indent=2))
     logger.info("federated scenario on the Flower federation at %s (job %s)", federation.address, folder / "job.json")
     run_id = federation.submit({"job-file": str(folder / "job.json"), "output-dir": str(folder / "out")}, run_timeout_s)

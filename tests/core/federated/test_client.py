@@ -65,3 +65,30 @@ def test_a_client_cannot_go_back_to_an_earlier_round() -> None:
     gradients_at(c, STATE, 0)
     with pytest.raises(ValueError, match="cannot go back to round 0"):
         gradients_at(c, STATE, 0)
+
+
+class WithALocalParameter(type(FAMILY)):
+    """ProdLDA with its prior variance kept by each organisation (as NMF keeps its document factor)."""
+
+    def shared_names(self, model):
+        return [name for name in super().shared_names(model) if name != "prior_variance"]
+
+
+def test_local_parameters_survive_the_client_state_and_validation_and_never_travel() -> None:
+    family = WithALocalParameter()
+    (matrix,) = poisson_matrices((20,), vocab=15)
+    site = Site("a")
+    client = site.client(family, Prepared(matrix, matrix[:6]), CONFIG, 15, stream=2)
+    with torch.no_grad():
+        client.model.prior_variance.add_(1.0)  # the organisation's own value
+    mine = client.model.prior_variance.detach().clone()
+    update = client.handle(Instruction(0, STATE, {"action": "gradients"}))
+    assert "prior_variance" not in update.tensors
+    rebuilt = site.client(family, Prepared(matrix, matrix[:6]), CONFIG, 15, stream=2)
+    rebuilt.load_state_dict(client.state_dict())  # what a ClientApp does between messages
+    assert torch.equal(rebuilt.model.prior_variance, mine)
+    server_model = family.create_model(15, CONFIG, torch.device("cpu"))
+    evaluation = family.strategy(server_model, CONFIG).evaluation_instruction(0)
+    assert "prior_variance" not in evaluation.state and "beta" in evaluation.state
+    rebuilt.handle(evaluation)
+    assert torch.equal(rebuilt.model.prior_variance, mine)  # validation does not overwrite it

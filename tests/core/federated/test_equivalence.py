@@ -26,6 +26,7 @@ from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
 from tests.conftest import poisson_matrices
+from tests.core.federated.test_family_contract import ConcatenatedStreams
 
 V, STEPS, BATCH = 300, 20, 16
 CONFIG = ProdLDAConfig(n_topics=5, hidden_sizes=(100, 100), dropout=0.2)
@@ -45,7 +46,7 @@ def _train(federated: bool, dtype: torch.dtype, optimizer: OptimizerConfig) -> t
     if federated:
         clients = [FamilyClient(f"org{i}", FAMILY, model(), s) for i, s in enumerate(sources())]
     else:
-        clients = [FamilyClient("server", FAMILY, model(), FAMILY.concatenated_stream(sources()))]
+        clients = [FamilyClient("server", FAMILY, model(), ConcatenatedStreams(sources()))]
     global_model = model()
     server = FederatedServer(FAMILY.strategy(global_model, config), StoppingRule(STEPS))
     history = server.run(InProcessEngine(clients), progress=False)

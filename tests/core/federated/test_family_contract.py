@@ -38,17 +38,31 @@ from tests.conftest import make_tiny_raw_tables, poisson_matrices
 CPU = torch.device("cpu")
 
 
+class ConcatenatedStreams:
+    """The centralized trainer over exactly the organisations' own batch streams: each step,
+    every organisation's batches (each with its own noise) together. Federated = centralized
+    on the concatenated batches is the claim the contract checks (docs/batchnorm.md)."""
+
+    def __init__(self, streams) -> None:
+        self.streams = list(streams)
+
+    def next_batches(self):
+        return [pair for stream in self.streams for pair in stream.next_batches()]
+
+
 @dataclass(frozen=True)
 class FamilyCase:
     """What the contract needs to run a family small: a train block, organisations' data over
-    a vocabulary of ``vocab_size`` terms, and raw text tables for the engines that start
-    from documents (the Flower ClientApp)."""
+    a vocabulary of ``vocab_size`` terms, settings for the engines that start from raw text
+    (the Flower ClientApp), and, for a family that claims exact federation, how its
+    organisations' streams concatenate into the centralized trainer's."""
 
     train: dict[str, Any]
     data: Callable[[], dict[str, Any]]
     vocab_size: int
     preprocess: dict[str, Any]
     consensus: dict[str, Any]
+    concatenated: Callable[[list], Any] | None = None
 
 
 CASES: dict[str, FamilyCase] = {
@@ -64,6 +78,7 @@ CASES: dict[str, FamilyCase] = {
         vocab_size=40,
         preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
         consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+        concatenated=ConcatenatedStreams,
     ),
 }
 
@@ -104,7 +119,7 @@ def test_federated_equals_centralized_on_the_concatenated_batches(case) -> None:
         if federated:
             clients = [FamilyClient(org, family, model(), s) for org, s in zip(data, streams(), strict=True)]
         else:
-            clients = [FamilyClient("server", family, model(), family.concatenated_stream(streams()))]
+            clients = [FamilyClient("server", family, model(), spec.concatenated(streams()))]
         global_model = model()
         server = FederatedServer(family.strategy(global_model, config), StoppingRule(config.max_steps))
         server.run(InProcessEngine(clients), progress=False)
@@ -290,7 +305,7 @@ def test_checkpoint_resume_gives_the_uninterrupted_result(case, validation, tmp_
 
 # 5 ------------------------------------------------------------------------------------
 class Recording(Corrupting):
-    def __init__(self, inner: MemoryEndpoint, sent: list) -> None:
+    def __init__(self, inner, sent: list) -> None:
         super().__init__(inner, lambda u: u)
         self.sent = sent
 
@@ -305,22 +320,51 @@ class Recording(Corrupting):
         return update
 
 
-def test_nothing_but_the_declared_update_kind_leaves_a_client(case) -> None:
+ANSWER_KEYS = {
+    "vocabulary": {"terms", "counts"},
+    "prepare": {"train_rows", "validation_rows", "data_fingerprint"},
+}
+
+
+@pytest.mark.parametrize("endpoints", ["memory", "folder"])
+def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, tmp_path) -> None:
+    """Every answer and update an organisation sends, in process with prepared data (the Kedro
+    path) and with its own documents and cache (the endpoint a Flower node runs, with the
+    vocabulary stage): counts, a fingerprint, its top-N proposal, and updates of its kind."""
     name, spec = case
     family = get_family(name)
     config = _config(spec, validation_fraction=0.25, validation_every=2)
-    data = spec.data()
+    consensus = ConsensusConfig.model_validate({**spec.consensus, "top_n": 9})
     sent: list = []
-    endpoints = [Recording(MemoryEndpoint(org, d), sent) for org, d in data.items()]
-    result = run_federation(InProcessEngine(endpoints), list(data), config, vocabulary=_vocabulary(spec.vocab_size))
+    if endpoints == "memory":
+        data = spec.data()
+        inner = [MemoryEndpoint(org, d) for org, d in data.items()]
+        stages = {"vocabulary": _vocabulary(spec.vocab_size)}
+    else:
+        paths = _write_raw(tmp_path)
+        inner = [FolderEndpoint(org, path, tmp_path / "cache" / org) for org, path in paths.items()]
+        stages = {"preprocess": PreprocessConfig.model_validate(spec.preprocess), "consensus": consensus}
+    orgs = [e.name for e in inner]
+    engine = InProcessEngine([Recording(e, sent) for e in inner])
+    result = run_federation(engine, orgs, config, progress=False, **stages)
     shared = set(family.shared_names(result.model.to_model()))
     updates = [u for what, u in sent if what == "round"]
     assert {u.kind for u in updates} == {family.update_kind, UpdateKind.METRICS}
     for update in updates:
         assert set(update.tensors) <= shared  # only shared parameters, never local ones or data
         assert all(isinstance(v, torch.Tensor) for v in [*update.tensors.values(), *update.statistics.values()])
-        assert all(isinstance(k, str) and isinstance(v, float) for k, v in update.metrics.items())
+        assert set(update.metrics) <= {*family.loss_names, "validation_loss"}
+        assert all(isinstance(v, float) for v in update.metrics.values())
         if update.kind is UpdateKind.METRICS:
             assert not update.tensors and not update.statistics and set(update.metrics) <= {"validation_loss"}
-    answers = [a for what, a in sent if what != "round"]
-    assert answers and all(set(a) <= {"train_rows", "validation_rows"} for a in answers)  # counts only
+    answers = [(what, a) for what, a in sent if what != "round"]
+    assert {what for what, _ in answers} == ({"prepare"} if endpoints == "memory" else {"vocabulary", "prepare"})
+    for what, answer in answers:
+        extra = {k for k in answer if not k.startswith("dropped_no_vocabulary_term_")} - ANSWER_KEYS[what]
+        assert not extra, extra
+        if what == "vocabulary":
+            assert len(answer["terms"]) <= consensus.top_n  # the proposal, never the full counts
+            assert all(c > consensus.min_count for c in answer["counts"])
+        else:
+            assert all(isinstance(answer[k], int) for k in ("train_rows", "validation_rows"))
+            assert len(answer["data_fingerprint"]) == 64

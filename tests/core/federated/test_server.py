@@ -95,15 +95,36 @@ def test_a_bad_update_is_rejected_logged_and_never_touches_the_model(probe, capl
     assert all(torch.equal(clean_model.state_dict()[k], mixed_model.state_dict()[k]) for k in clean_model.state_dict())
 
 
+class Duplicating(InProcessEngine):
+    """An engine that delivers one organisation's update twice (what a faulty transport could do)."""
+
+    def broadcast(self, instruction):
+        replies = super().broadcast(instruction)
+        return dataclasses.replace(replies, updates=[*replies.updates, replies.updates[0]])
+
+
 def test_the_same_client_twice_in_a_round_is_left_out_entirely() -> None:
     clean, clean_model = _server(rounds=2)
     clean.run(InProcessEngine([_client("other", 3)]), progress=False)
     server, model = _server(rounds=2)
-    impostor = Poisoned(_client("x", 2), lambda u: u, client_id="good")
-    impostor.name = "impostor"  # the engine knows it by another name; its updates claim to be 'good'
-    history = server.run(InProcessEngine([_client("good", 1), impostor, _client("other", 3)]), progress=False)
+    history = server.run(Duplicating([_client("good", 1), _client("other", 3)]), progress=False)
     assert all("2 updates in one round" in r.rejected["good"] for r in history)
     assert all(torch.equal(clean_model.state_dict()[k], model.state_dict()[k]) for k in model.state_dict())
+
+
+def test_an_update_is_attributed_to_the_organisation_that_sent_it_not_the_name_it_claims() -> None:
+    server, _ = _server(rounds=1)
+    impostor = Poisoned(_client("x", 2), lambda u: u, client_id="good")
+    impostor.name = "stranger"  # its updates claim to be 'good'; the engine knows who sent them
+    record = server.run(InProcessEngine([_client("good", 1), impostor]), progress=False)[0]
+    assert "good" in record.client_loss and "not a client of this federation" in record.rejected["stranger"]
+
+
+def test_metrics_the_family_does_not_declare_are_rejected() -> None:
+    server, _ = _server(rounds=1)
+    extra = Poisoned(_client("bad", 2), lambda u: dataclasses.replace(u, metrics={**u.metrics, "scenario": 1.0}))
+    record = server.run(InProcessEngine([_client("good", 1), extra]), progress=False)[0]
+    assert "metric 'scenario' is not one of" in record.rejected["poisoned"]
 
 
 def test_an_unknown_client_is_rejected() -> None:
@@ -194,14 +215,20 @@ def test_validation_loss_is_weighted_by_documents_and_skips_clients_without_any(
     assert server.validate(InProcessEngine(clients), 0) == pytest.approx(replies[0].metrics["validation_loss"])
 
 
-def test_non_finite_validation_losses_are_left_out_and_none_left_is_an_error() -> None:
+def test_non_finite_validation_losses_are_left_out_and_none_left_skips_that_validation(caplog) -> None:
     model = FAMILY.create_model(V, CONFIG, CPU)
     server = FederatedServer(FAMILY.strategy(model, CONFIG), StoppingRule(1))
     good = ScriptedValidation(_client("good", 1), [2.0])
     bad = ScriptedValidation(_client("bad", 2), [float("nan")])
     assert server.validate(InProcessEngine([good, bad]), 0) == 2.0
-    with pytest.raises(NoUsableUpdates, match="no client returned a usable validation loss"):
-        server.validate(InProcessEngine([ScriptedValidation(_client("bad", 2), [float("inf")])]), 1)
+    assert server.validate(InProcessEngine([ScriptedValidation(_client("bad", 2), [float("inf")])]), 1) is None
+    assert any("no client returned a usable validation loss" in m for m in caplog.messages)
+    # in a run: the round has no validation loss, training goes on, patience is not spent
+    rule = StoppingRule(max_rounds=4, validation_every=2, patience=1)
+    run = FederatedServer(FAMILY.strategy(FAMILY.create_model(V, CONFIG, CPU), CONFIG), rule)
+    scripted = ScriptedValidation(_client("a", 1), [float("nan"), 3.0])
+    history = run.run(InProcessEngine([scripted]), progress=False)
+    assert [r.validation_loss for r in history] == [None, None, None, 3.0] and not run.stopped_early
 
 
 class Stop(Exception):

@@ -4,11 +4,17 @@ import pytest
 from fedtopic_pipelines.core.config import ConsensusConfig
 from fedtopic_pipelines.core.vocab.consensus import (
     EmptyVocabularyError,
-    build_vocabulary,
     merge_vocabularies,
     propose_terms,
     vectorize,
 )
+
+
+def build_vocabulary(counts, config):
+    """Each organisation's proposal, then the server's merge (what the pipelines chain)."""
+    proposals = {org: propose_terms(c, config.top_n, config.min_count) for org, c in counts.items()}
+    return merge_vocabularies(proposals, config.merge)
+
 
 COUNTS = {
     "a": {"shared": 10, "alpha": 8, "rare": 2, "tie1": 5, "tie2": 5},

@@ -21,6 +21,8 @@ def register(family: ModelFamily) -> ModelFamily:
         raise ValueError(f"model family '{family.name}' is registered twice")
     if family.name not in FAMILY_TAGS:
         raise ValueError(f"model family '{family.name}' has no config class in core/config.py (FAMILY_TAGS)")
+    if family.config_type.model_fields["family"].default != family.name:
+        raise ValueError(f"model family '{family.name}': its config class {family.config_type.__name__} is another's")
     _REGISTRY[family.name] = family
     return family
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from fedtopic_pipelines.core.config import ProdLDAConfig, TrainConfig
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
-from fedtopic_pipelines.core.federated.batching import BatchSource, ConcatenatedSource, GhostBatchSource
+from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource, max_batch_rows
 from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.strategies import BatchStatistics, FedSGD
@@ -35,6 +35,7 @@ class ProdLDAFamily:
     config_type = ProdLDAConfig
     update_kind = UpdateKind.GRADIENTS
     exact_federation = True
+    loss_names = ("loss", "kl", "reconstruction")  # the only metrics its clients may report
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> ProdLDA:
         return ProdLDA.create(vocab_size, config.model, config.seed).to(device)
@@ -50,9 +51,6 @@ class ProdLDAFamily:
             return BatchSource(data, config.batch_size, seed, device)
         return GhostBatchSource(data, config.batch_size, ghosts, seed, device)
 
-    def concatenated_stream(self, streams: Sequence[BatchSource]) -> ConcatenatedSource:
-        return ConcatenatedSource(list(streams))
-
     def local_step(self, model: ProdLDA, stream: BatchSource | GhostBatchSource) -> LocalStep:
         """The gradient of this step's batches' mean loss; ghost batches are normalised apart."""
         model.train()
@@ -62,7 +60,9 @@ class ProdLDAFamily:
         loss = sum(p.loss * (p.n / n) for p in parts)
         loss.backward()
         # Fresh tensors every step (zero_grad(set_to_none=True) above), so no copy is needed.
-        grads = {name: p.grad.detach() for name, p in model.named_parameters()}
+        # Only shared parameters' gradients leave: a subclass may keep some parameters local.
+        shared = set(self.shared_names(model))
+        grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
         statistics = weighted_mean([p.statistics for p in parts], [p.n for p in parts])
         losses = {
             "loss": float(loss.detach()),
@@ -92,11 +92,16 @@ class ProdLDAFamily:
         return total / n, n
 
     def strategy(self, model: ProdLDA, config: TrainConfig) -> FedSGD:
-        return FedSGD(model, config.optimizer, BatchStatistics(model), shared=self.shared_names(model))
+        return FedSGD(
+            model,
+            config.optimizer,
+            BatchStatistics(model),
+            shared=self.shared_names(model),
+            metric_names=self.loss_names,
+        )
 
     def max_update_examples(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
-        # A batch, plus a single trailing row merged into it (BatchNorm needs two documents).
-        return min(rows, (ghosts or 1) * config.batch_size + 1)
+        return max_batch_rows(rows, (ghosts or 1) * config.batch_size)  # what the stream's sampler can yield
 
     def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
         return max(1, math.ceil(rows / (config.batch_size * (ghosts or 1))))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -89,12 +89,16 @@ def check_count(client_id: str, value: object, capacity: int | None, minimum: in
     return value
 
 
-def check_metrics(client_id: str, metrics: object) -> None:
+def check_metrics(client_id: str, metrics: object, names: Collection[str] | None = None) -> None:
+    """Finite real numbers under string names; with ``names``, only those names (what the family
+    declares: a peer's other names would flow into every history, checkpoint and MLflow run)."""
     if not isinstance(metrics, Mapping):
         raise UpdateRejected(client_id, f"metrics must be a mapping of names to numbers, got {type(metrics).__name__}")
     for name, value in metrics.items():
         if not isinstance(name, str):
             raise UpdateRejected(client_id, f"metric name {name!r} is not a string")
+        if names is not None and name not in names:
+            raise UpdateRejected(client_id, f"metric {name[:50]!r} is not one of {sorted(names)}")
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise UpdateRejected(client_id, f"metric '{name}' is a {type(value).__name__}, not a number")
         if not math.isfinite(float(value)):
@@ -132,12 +136,14 @@ def validate_update(
     specs: Mapping[str, TensorSpec],
     statistics: Mapping[str, TensorSpec] | None = None,
     capacity: int | None = None,
+    metric_names: Collection[str] | None = None,
 ) -> Update:
     """``update`` if it is a well-formed update of ``kind``; else :class:`UpdateRejected`.
 
     ``specs`` are the tensors the update must carry (all of them for dense kinds, a
     subset of rows for ``SPARSE_ROWS``); ``statistics`` the auxiliary statistics it must
-    carry (none when ``None``); ``capacity`` the most examples this client may claim.
+    carry (none when ``None``); ``capacity`` the most examples this client may claim;
+    ``metric_names`` the metrics it may report (any when ``None``).
     """
     if not isinstance(update, Update):
         raise UpdateRejected(getattr(update, "client_id", "?"), f"a {type(update).__name__} is not an Update")
@@ -145,7 +151,7 @@ def validate_update(
     if update.kind != kind:
         raise UpdateRejected(cid, f"kind '{update.kind}' but the strategy expects '{kind}'")
     check_count(cid, update.num_examples, capacity)
-    check_metrics(cid, update.metrics)
+    check_metrics(cid, update.metrics, metric_names)
     if kind is UpdateKind.SPARSE_ROWS:
         check_sparse_rows(cid, update.tensors, update.row_indices, specs)
     else:
@@ -172,7 +178,7 @@ def validate_metrics_update(update: object, capacity: int | None, metric: str) -
     if update.tensors or update.statistics or update.row_indices:
         raise UpdateRejected(cid, "a validation reply carries no tensors")
     n = check_count(cid, update.num_examples, capacity, minimum=0)
-    check_metrics(cid, update.metrics)
+    check_metrics(cid, update.metrics, {metric})
     if n and metric not in update.metrics:
         raise UpdateRejected(cid, f"a validation reply on {n} documents without '{metric}'")
     return update

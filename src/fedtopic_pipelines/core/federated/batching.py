@@ -20,6 +20,11 @@ def derive_seed(seed: int, *stream: int) -> int:
     return int(np.random.SeedSequence([seed, *stream]).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
+def max_batch_rows(n_rows: int, batch_size: int) -> int:
+    """The most rows one draw of an :class:`EpochSampler` returns: a batch plus a merged single trailing row."""
+    return min(n_rows, batch_size + 1)
+
+
 class EpochSampler:
     """Row indices in shuffled epochs, ``batch_size`` at a time; every row once per epoch.
 
@@ -37,8 +42,8 @@ class EpochSampler:
 
     @property
     def max_rows(self) -> int:
-        """The most rows one call returns: a batch plus a merged single trailing row."""
-        return min(self.n_rows, self.batch_size + 1)
+        """The most rows one call returns (:func:`max_batch_rows`)."""
+        return max_batch_rows(self.n_rows, self.batch_size)
 
     def next_indices(self) -> np.ndarray:
         if not self._queue:
@@ -137,26 +142,3 @@ class GhostBatchSource:
         )
         for g, noise in enumerate(self.noises):
             noise.set_state(state[f"noise.{g}"])
-
-
-class ConcatenatedSource:
-    """The centralized trainer over exactly the organisations' own streams: each step, every
-    organisation's batch (each with its own noise), concatenated. Training on it equals
-    FedSGD over those organisations (docs/batchnorm.md), which the family contract checks."""
-
-    def __init__(self, sources: list[BatchSource]) -> None:
-        self.sources = list(sources)
-
-    @property
-    def max_examples(self) -> int:
-        return sum(s.max_examples for s in self.sources)
-
-    def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
-        return [pair for source in self.sources for pair in source.next_batches()]
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {f"{i}.{k}": v for i, s in enumerate(self.sources) for k, v in s.state_dict().items()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for i, source in enumerate(self.sources):
-            source.load_state_dict({k.split(".", 1)[1]: v for k, v in state.items() if k.split(".", 1)[0] == str(i)})

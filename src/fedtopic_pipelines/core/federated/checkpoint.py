@@ -2,10 +2,13 @@
 
 Every ``checkpoint_every`` rounds (and once training has finished) the server's state
 is written atomically to ``checkpoint_dir/<name>-<digest>.safetensors``. The digest covers
-what the result depends on (the scenario, its organisations in order, the training
-parameters without how the run is hosted, and the vocabulary), so a changed job never
-resumes from an unrelated run, while a changed timeout or engine does resume. Clients
-rejoin at the checkpoint's round by replaying their batch streams (``FamilyClient``).
+what the result depends on: the scenario, its organisations in order, the training
+parameters (without timeouts, logging, the checkpoint place and interval, or which other
+scenarios run), the engine, the vocabulary, and what each organisation declared when it
+prepared (its document counts and a fingerprint of its training data: on a Flower node a
+keyed hash whose key never leaves the node). A changed job or changed data never resumes
+from an unrelated run. Clients rejoin at the checkpoint's round by replaying their batch
+streams (``FamilyClient``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +32,19 @@ KIND = "fedtopic.server-checkpoint"
 class Checkpoints:
     """Where one federation's checkpoints go, and when."""
 
-    def __init__(self, config: TrainConfig, name: str, organisations: Sequence[str], terms: Sequence[str]) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        name: str,
+        organisations: Sequence[str],
+        terms: Sequence[str],
+        declared: Mapping[str, Mapping[str, Any]],
+    ) -> None:
         if not config.checkpoint_every or not config.checkpoint_dir:
             raise ValueError("Checkpoints need 'train.checkpoint_every' > 0 and 'train.checkpoint_dir'")
-        what = [name, list(organisations), config.training_key(), list(terms)]
+        keys = ("train_rows", "validation_rows", "data_fingerprint")
+        data = [[org, *(declared[org].get(k) for k in keys)] for org in organisations]
+        what = [name, list(organisations), config.training_key(), list(terms), data]
         digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
         self.every = config.checkpoint_every
         self.path = Path(config.checkpoint_dir) / f"{name}-{digest}.safetensors"
@@ -46,7 +58,16 @@ class Checkpoints:
         if saved is None:
             return False
         server.resume(saved)
-        logger.info("%s: resumed from %s at round %d", server.name, self.path, server.next_round)
+        if server.finished:
+            logger.warning(
+                "%s: %s holds a finished run of this same job and data (%d rounds): its result is returned "
+                "without training; delete the file to train again",
+                server.name,
+                self.path,
+                len(server.history),
+            )
+        else:
+            logger.info("%s: resumed from %s at round %d", server.name, self.path, server.next_round)
         return True
 
     def maybe_save(self, server: FederatedServer) -> None:

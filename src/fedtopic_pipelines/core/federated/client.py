@@ -50,6 +50,7 @@ class FamilyClient:
         self.validation = validation
         self.validation_seed = validation_seed
         self.shared = family.shared_names(model)
+        self.local = [name for name, _ in model.named_parameters() if name not in set(self.shared)]
         self.next_round = 0
 
     def handle(self, instruction: Instruction) -> Update:
@@ -93,17 +94,29 @@ class FamilyClient:
         documents; only the number and the document count leave."""
         if self.validation is None or self.family.rows(self.validation) == 0:
             return Update(self.client_id, UpdateKind.METRICS, {}, 0)
-        self.model.load_state_dict(instruction.state)
+        local = set(self.local)  # this organisation's own parameters stay its own
+        state = {k: v for k, v in instruction.state.items() if k not in local}
+        missing = set(self.model.state_dict()) - local - set(state)
+        if missing:
+            raise ValueError(f"the evaluation state lacks {sorted(missing)}")
+        self.model.load_state_dict(state, strict=False)
         loss, n = self.family.validation_loss(self.model, self.validation, self.validation_seed)
         return Update(self.client_id, UpdateKind.METRICS, {}, n, metrics={"validation_loss": loss})
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The stream's position and the next round, as tensors (Flower keeps them between messages)."""
+        """The stream's position, the next round and the local parameters, as tensors (Flower
+        keeps them between messages; a ClientApp may be rebuilt for every message)."""
+        params = dict(self.model.named_parameters())
         return {
             **{f"stream.{k}": v for k, v in self.stream.state_dict().items()},
+            **{f"local.{name}": params[name].detach().cpu().clone() for name in self.local},
             "next_round": torch.tensor(self.next_round, dtype=torch.int64),
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.stream.load_state_dict({k.removeprefix("stream."): v for k, v in state.items() if k.startswith("stream.")})
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name in self.local:
+                params[name].copy_(state[f"local.{name}"])
         self.next_round = int(state["next_round"])

@@ -9,6 +9,7 @@ point (``core/federated/federation.py``) runs unchanged on either.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -45,7 +46,8 @@ class InProcessEngine:
 
     As on Flower, an organisation whose endpoint raises during a round is reported as a
     failure of that round (with the exception) and left out, and one that fails a query
-    stage stops the federation naming it.
+    stage stops the federation naming it. As on Flower, an update is attributed to the
+    endpoint that returned it, whatever ``client_id`` it claims.
     """
 
     def __init__(self, endpoints: Sequence[Endpoint]) -> None:
@@ -67,7 +69,8 @@ class InProcessEngine:
         updates, failures = [], {}
         for name, endpoint in self.endpoints.items():
             try:
-                updates.append(endpoint.handle(instruction))
+                update = endpoint.handle(instruction)
+                updates.append(dataclasses.replace(update, client_id=name) if isinstance(update, Update) else update)
             except Exception as exc:  # a failed organisation is left out of the round, as on Flower
                 logger.exception("organisation '%s' failed in round %d", name, instruction.round)
                 failures[name] = f"{type(exc).__name__}: {exc}"

@@ -71,6 +71,9 @@ class ModelFamily(Protocol):
     # Whether federated training equals centralized training on the concatenated batches
     # (the contract tests check it for families that claim it).
     exact_federation: bool
+    # The named loss terms a local step reports; ``loss`` is the total. The server accepts
+    # no other metric names.
+    loss_names: tuple[str, ...]
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> nn.Module:
         """The model with its initial weights, drawn from ``config.seed`` (the same everywhere)."""
@@ -85,11 +88,6 @@ class ModelFamily(Protocol):
     ) -> BatchStream:
         """An organisation's batch stream over its ``data``; with ``ghosts``, the centralized
         trainer's stream over the pooled data, that many ghost batches per step."""
-        ...
-
-    def concatenated_stream(self, streams: Sequence[BatchStream]) -> BatchStream:
-        """The centralized trainer over exactly these organisations' batches, concatenated per
-        step (needed only by families that claim ``exact_federation``: the contract compares)."""
         ...
 
     def local_step(self, model: nn.Module, stream: BatchStream) -> LocalStep:

@@ -69,6 +69,14 @@ def agree_vocabulary(
         if len(set(terms)) != len(terms):
             raise FederationError(f"stage 'vocabulary': {org} proposed a term twice")
         proposals[org] = dict(zip(terms, counts, strict=True))
+    for org, proposal in proposals.items():
+        too_many = len(proposal) > consensus.top_n
+        too_rare = [t for t, c in proposal.items() if c <= consensus.min_count]
+        if too_many or too_rare:  # the privacy boundary is enforced where it is checked, not trusted
+            raise FederationError(
+                f"stage 'vocabulary': {org} proposed {len(proposal)} terms (at most top_n = {consensus.top_n}) "
+                f"with {len(too_rare)} at or below min_count = {consensus.min_count}"
+            )
     vocabulary = merge_vocabularies(proposals, consensus.merge)
     logger.info("common vocabulary (%s): %d terms", consensus.merge, len(vocabulary))
     return vocabulary
@@ -115,6 +123,14 @@ def run_federation(
     rows = {org: _declared(org, prepared[org], "train_rows") for org in organisations}
     held = {org: _declared(org, prepared[org], "validation_rows") for org in organisations}
     validate = config.validation_fraction > 0
+    for org in organisations:  # a site holds out at most its share (and at least 2): more is a false claim
+        fraction = config.validation_fraction
+        most = math.ceil(rows[org] * fraction / (1 - fraction)) + 2 if validate else 0
+        if held[org] > most:
+            raise FederationError(
+                f"stage 'prepare': {org} declared {held[org]} validation documents for {rows[org]} training documents; "
+                f"'train.validation_fraction' = {fraction} allows at most {most}"
+            )
     device = resolve_device(config.device)
     model = family.create_model(len(terms), config, device)
     server = FederatedServer(
@@ -124,7 +140,7 @@ def run_federation(
         capacity={org: family.max_update_examples(n, config, ghosts) for org, n in rows.items()},
         validation_capacity=held,
     )
-    checkpoints = Checkpoints(config, name, organisations, terms) if config.checkpoint_every else None
+    checkpoints = Checkpoints(config, name, organisations, terms, prepared) if config.checkpoint_every else None
     if checkpoints is not None:
         checkpoints.resume(server)
     history = server.run(

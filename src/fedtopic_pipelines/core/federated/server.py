@@ -115,11 +115,13 @@ class FederatedServer:
         self, updates: list[Update], round_: int, check: Callable[[Update, int | None], None], limits
     ) -> tuple[list[Update], dict[str, str]]:
         """The updates that pass ``check``; the others by client with the reason (logged)."""
-        ids = Counter(getattr(u, "client_id", "?") for u in updates)
+        ids = Counter(str(getattr(u, "client_id", "?")) for u in updates)
         accepted, rejected = [], {}
         for update in updates:
             cid = str(getattr(update, "client_id", "?"))
             try:
+                if not isinstance(update.client_id, str):
+                    raise UpdateRejected(cid, f"client id is a {type(update.client_id).__name__}, not a name")
                 if ids[cid] > 1:
                     raise UpdateRejected(cid, f"{ids[cid]} updates in one round from the same client; all left out")
                 if limits is not None and cid not in limits:
@@ -127,7 +129,7 @@ class FederatedServer:
                 check(update, None if limits is None else limits[cid])
                 accepted.append(update)
             except UpdateRejected as exc:
-                rejected[exc.client_id] = exc.reason
+                rejected[cid] = exc.reason
             except Exception as exc:  # a check that breaks on a malformed value must not end the run
                 rejected[cid] = f"could not be validated: {type(exc).__name__}: {exc}"
         for cid, reason in rejected.items():
@@ -160,11 +162,13 @@ class FederatedServer:
             failed=dict(replies.failures),
         )
 
-    def validate(self, engine: Engine, round_: int) -> float:
+    def validate(self, engine: Engine, round_: int) -> float | None:
         """Mean validation loss over the clients' held-out documents, weighted by their number.
 
         Clients without validation documents answer with zero examples and are left out; a
-        malformed or non-finite answer is logged and left out, as a rejected update is.
+        malformed or non-finite answer is logged and left out, as a rejected update is. With
+        no usable answer at all (every node failed this once) the round has no validation loss
+        and training goes on; early stopping counts only validations that happened.
         """
         replies = engine.broadcast(self.strategy.evaluation_instruction(round_))
 
@@ -177,7 +181,8 @@ class FederatedServer:
         counted = [u for u in accepted if u.num_examples > 0]
         n = sum(u.num_examples for u in counted)
         if n == 0:
-            raise NoUsableUpdates(f"{self.name} round {round_}: no client returned a usable validation loss")
+            logger.warning("%s round %d: no client returned a usable validation loss; no validation", self.name, round_)
+            return None
         return sum(float(u.metrics[VALIDATION_METRIC]) * u.num_examples for u in counted) / n
 
     def run(
@@ -218,8 +223,8 @@ class FederatedServer:
                     round_,
                 )
                 self.stopped_early = True
-            elif every and (round_ + 1) % every == 0:
-                record.validation_loss = self.validate(engine, round_)
+            elif every and (round_ + 1) % every == 0 and (loss := self.validate(engine, round_)) is not None:
+                record.validation_loss = loss
                 if record.validation_loss < self.best_loss:
                     self.best_loss, self.best_state, self.waited, self.best_round = (
                         record.validation_loss,

@@ -16,9 +16,14 @@ trusted server holding every organisation's documents.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import hmac
 import json
 import logging
+import os
+import secrets
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -139,12 +144,29 @@ class Site:
         )
 
 
-def prepare_reply(family: ModelFamily, prepared: Prepared, report: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def matrix_fingerprint(matrices: Sequence[sp.spmatrix], key: bytes | None = None) -> str:
+    """A digest of sparse matrices' exact contents; keyed (HMAC-SHA256) when ``key`` is given, so
+    that whoever receives it learns only whether the data are the same as another time."""
+    digest = hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
+    for matrix in matrices:
+        csr = sp.csr_matrix(matrix)
+        csr.sort_indices()
+        digest.update(json.dumps([list(csr.shape), str(csr.dtype)]).encode())
+        for part in (csr.indptr.astype(np.int64), csr.indices.astype(np.int64), csr.data):
+            digest.update(np.ascontiguousarray(part).tobytes())
+    return digest.hexdigest()
+
+
+def prepare_reply(
+    family: ModelFamily, prepared: Prepared, fingerprint: str, report: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What an organisation declares when it has prepared: its document counts (the server caps
-    every later update's example count by them), plus a flat report."""
+    every later update's example count by them), a fingerprint of its training data (a
+    checkpoint resumes only over the same data), plus a flat report."""
     reply: dict[str, Any] = {
         "train_rows": family.rows(prepared.train),
         "validation_rows": 0 if prepared.validation is None else family.rows(prepared.validation),
+        "data_fingerprint": fingerprint,
     }
     reply.update(report or {})
     return reply
@@ -175,9 +197,10 @@ class Endpoint:
         terms = list(payload["terms"])
         family = get_family(config.model.family)
         data, report = self.training_data(family, terms, payload)
+        fingerprint = str(report.pop("data_fingerprint", None) or matrix_fingerprint([data]))
         prepared = self.site.prepare(family, data, config, int(payload["index"]))
         self.client = self.site.client(family, prepared, config, len(terms), int(payload["index"]))
-        return prepare_reply(family, prepared, report)
+        return prepare_reply(family, prepared, fingerprint, report)
 
     def handle(self, instruction: Instruction) -> Update:
         if self.client is None:
@@ -245,7 +268,10 @@ class PooledEndpoint(Endpoint):
         )
         ghosts = len(parts)
         self.client = self.site.client(family, prepared, config, len(terms), POOLED_STREAM, ghosts=ghosts)
-        return {**prepare_reply(family, prepared), "ghosts": ghosts}
+        return {
+            **prepare_reply(family, prepared, matrix_fingerprint(list(self.organisations.values()))),
+            "ghosts": ghosts,
+        }
 
 
 def _digest(*parts: Any) -> str:
@@ -311,25 +337,55 @@ class FolderEndpoint(Endpoint):
         return ShardedTable.from_directory(folder), result.term_counts
 
     def proposal(self, preprocess: PreprocessConfig, consensus: ConsensusConfig) -> dict[str, int]:
-        _, counts = self.preprocessed(preprocess)
+        with self.cache_lock():
+            _, counts = self.preprocessed(preprocess)
         return self.site.propose(counts, consensus)
 
+    def secret(self) -> bytes:
+        """This node's fingerprint key: random, made once, kept in its cache, never sent."""
+        path = self.cache_dir / "fingerprint.key"
+        if not path.is_file():
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"fingerprint.key.{os.getpid()}.partial")
+            partial.write_bytes(secrets.token_bytes(32))
+            with contextlib.suppress(FileExistsError):
+                os.link(partial, path)  # the first writer wins; a concurrent task reads its key
+            partial.unlink()
+        return path.read_bytes()
+
     def training_data(self, family: ModelFamily, terms: list[str], payload: Mapping[str, Any]) -> tuple[Any, dict]:
-        """The training split over ``terms`` (cached as a scipy .npz: no pickle)."""
+        """The training split over ``terms`` (cached as a scipy .npz: no pickle) and its keyed fingerprint."""
         preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
         tokens_dir = self._tokens_dir(preprocess)
         path = self.cache_dir / f"bow-{_digest(tokens_dir.name, terms)}.npz"
         report_path = path.with_suffix(".json")
-        if not (path.is_file() and report_path.is_file()):
-            tokens, _ = self.preprocessed(preprocess)
-            bow, report = self.site.vectorise(tokens, terms)
-            partial = path.with_name(path.stem + ".partial.npz")
-            sp.save_npz(partial, bow.subset("train").matrix)
-            report_path.write_text(json.dumps(report))
-            partial.rename(path)
-        dropped = json.loads(report_path.read_text()).get("dropped_no_vocabulary_term", {})
+        with self.cache_lock():
+            if not (path.is_file() and report_path.is_file()):
+                tokens, _ = self.preprocessed(preprocess)
+                bow, report = self.site.vectorise(tokens, terms)
+                train = bow.subset("train").matrix
+                partial = path.with_name(path.stem + ".partial.npz")
+                sp.save_npz(partial, train)
+                report["data_fingerprint"] = matrix_fingerprint([train], self.secret())
+                report_path.write_text(json.dumps(report))
+                partial.rename(path)
+        saved = json.loads(report_path.read_text())
+        dropped = saved.get("dropped_no_vocabulary_term", {})
         report = {f"dropped_no_vocabulary_term_{split}": int(dropped.get(split, 0)) for split in ("train", "test")}
+        report["data_fingerprint"] = saved["data_fingerprint"]
         return sp.load_npz(path).tocsr(), report
+
+    @contextlib.contextmanager
+    def cache_lock(self):
+        """One task at a time writes this node's cache (a stopped run's task may still be preprocessing
+        when a resubmitted run's task starts: both would stage into the same folders)."""
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with (self.cache_dir / ".lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_sites(raw: Mapping[str, Any], preprocess: PreprocessConfig, consensus: ConsensusConfig):

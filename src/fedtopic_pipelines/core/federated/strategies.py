@@ -84,7 +84,8 @@ class BatchStatistics:
                 raise UpdateRejected(update.client_id, f"statistic '{name}' exceeds {self.MEAN_LIMIT:g} in magnitude")
 
     def apply(self, statistics: dict[str, torch.Tensor]) -> None:
-        self.model.apply_statistics(statistics)
+        device = next(self.model.parameters()).device  # updates decoded from Flower records are on the CPU
+        self.model.apply_statistics({k: v.to(device) for k, v in statistics.items()})
 
 
 def _norm(tensors: Mapping[str, torch.Tensor]) -> float:
@@ -110,8 +111,10 @@ class FedSGD:
         optimizer: OptimizerConfig,
         statistics: BatchStatistics | None = None,
         shared: Sequence[str] | None = None,
+        metric_names: Sequence[str] | None = None,
     ) -> None:
         self.model = model
+        self.metric_names = None if metric_names is None else frozenset(metric_names)
         self.params = {n: p for n, p in model.named_parameters() if shared is None or n in shared}
         self.optimizer = make_optimizer(list(self.params.values()), optimizer)
         self.statistics = statistics
@@ -125,8 +128,11 @@ class FedSGD:
         return Instruction(round_, self.parameters(), {"action": self.kind.value})
 
     def evaluation_instruction(self, round_: int) -> Instruction:
-        """Ask clients to validate the global model: weights *and* running statistics."""
-        return Instruction(round_, self.snapshot(), {"action": EVALUATE})
+        """Ask clients to validate the global model: its shared weights *and* running statistics
+        (not the server's copies of the organisations' local parameters, which are theirs)."""
+        local = {name for name, _ in self.model.named_parameters()} - set(self.params)
+        state = {k: v for k, v in self.snapshot().items() if k not in local}
+        return Instruction(round_, state, {"action": EVALUATE})
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """A copy of the global model's full state (for keeping the best weights)."""
@@ -144,9 +150,8 @@ class FedSGD:
         self.optimizer.load_state_dict(state["optimizer"])
 
     def validate(self, update: Update, capacity: int | None) -> None:
-        validate_update(
-            update, self.kind, self._specs, None if self.statistics is None else self.statistics.specs, capacity
-        )
+        statistics = None if self.statistics is None else self.statistics.specs
+        validate_update(update, self.kind, self._specs, statistics, capacity, self.metric_names)
         if self.statistics is not None:
             self.statistics.check(update)
 

@@ -17,8 +17,6 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from fedtopic_pipelines.core.config import ConsensusConfig
-
 logger = logging.getLogger(__name__)
 
 
@@ -64,17 +62,6 @@ def merge_vocabularies(proposals: Mapping[str, Mapping[str, int]], merge: str) -
         rows.append((term, int(sum(freqs)), len(freqs)))
     table = pd.DataFrame(rows, columns=["term", "frequency", "n_organisations"])
     return table.sort_values(["frequency", "term"], ascending=[False, True], ignore_index=True)
-
-
-def build_vocabulary(counts_by_org: Mapping[str, Mapping[str, int]], config: ConsensusConfig) -> pd.DataFrame:
-    """Proposals from every organisation, then the server-side merge."""
-    proposals = {}
-    for org, counts in counts_by_org.items():
-        proposals[org] = propose_terms(counts, config.top_n, config.min_count)
-        logger.info("organisation %s proposes %d terms", org, len(proposals[org]))
-    vocab = merge_vocabularies(proposals, config.merge)
-    logger.info("common vocabulary (%s): %d terms", config.merge, len(vocab))
-    return vocab
 
 
 @dataclass
