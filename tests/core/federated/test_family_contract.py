@@ -296,8 +296,17 @@ def test_checkpoint_resume_gives_the_uninterrupted_result(case, validation, tmp_
                 counted.append(instruction.round)
             return super().broadcast(instruction)
 
-    resumed = run_federation(Counting(endpoints()), list(data), config, vocabulary=vocabulary, progress=False)
+    observed: list[int] = []
+    resumed = run_federation(
+        Counting(endpoints()),
+        list(data),
+        config,
+        vocabulary=vocabulary,
+        progress=False,
+        on_round_end=lambda server: observed.append(server.next_round),
+    )
     assert counted == [6, 7, 8, 9]  # only the rounds after the last checkpoint ran again
+    assert observed == [7, 8, 9, 10]  # the observer sees every round that ran, checkpoints still written
     assert [r.round for r in resumed.model.history] == list(range(10))
     assert [r.loss for r in resumed.model.history] == [r.loss for r in reference.model.history]
     assert _states_equal(resumed.model.state, reference.model.state)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +102,7 @@ def run_federation(
     trained_on: Sequence[str] | None = None,
     ghosts: int | None = None,
     progress: bool = True,
+    on_round_end: Callable[[FederatedServer], None] | None = None,
 ) -> FederationResult:
     """Run one federation of ``organisations`` (endpoint names, in seed order) to its end.
 
@@ -109,6 +110,8 @@ def run_federation(
     say how the organisations build their proposals. ``ghosts`` marks the centralized
     scenario's single pooled client (that many ghost batches per step); ``trained_on`` the
     organisations whose documents the model saw (default: ``organisations``).
+    ``on_round_end`` observes the server after every round, after any checkpoint (learning
+    curves read the model there).
     """
     family = get_family(config.model.family)
     if vocabulary is None:
@@ -143,9 +146,14 @@ def run_federation(
     checkpoints = Checkpoints(config, name, organisations, terms, prepared) if config.checkpoint_every else None
     if checkpoints is not None:
         checkpoints.resume(server)
-    history = server.run(
-        engine, progress=progress, on_round_end=None if checkpoints is None else checkpoints.maybe_save
-    )
+
+    def observe(server: FederatedServer) -> None:
+        if checkpoints is not None:
+            checkpoints.maybe_save(server)
+        if on_round_end is not None:
+            on_round_end(server)
+
+    history = server.run(engine, progress=progress, on_round_end=observe)
     last = history[-1].loss if history else math.nan
     kept = "" if server.best_round is None else f", kept the weights of round {server.best_round + 1}"
     logger.info("%s: %d rounds, final loss %.2f%s", name, len(history), last, kept)
