@@ -33,7 +33,7 @@ def run_bench(script: str, *args: str, timeout: float = 300) -> str:
 def test_every_benchmark_script_has_a_smoke_test() -> None:
     scripts = {p.name for p in BENCH.glob("*.py") if p.name not in {"common.py", "dumpgen.py"}}
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
-    tested |= {"bench_flower.py"}
+    tested |= {"bench_flower.py", "bench_learning_curve.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -62,3 +62,11 @@ def test_bench_ingest_smoke(tmp_path: Path) -> None:
 def test_bench_flower_smoke() -> None:
     out = run_bench("bench_flower.py", "--smoke", timeout=400)
     assert "| Flower, warm |" in out and "| in-process |" in out
+
+
+def test_bench_learning_curve_smoke(tmp_path) -> None:
+    out = tmp_path / "curve.csv"
+    run_bench("bench_learning_curve.py", "--smoke", "--no-progress", "--out", str(out))
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("scenario,batch_size,lr,seed,round,passes,npmi,topic_diversity")
+    assert len(lines) >= 3  # a row per evaluated pass, header first
