@@ -86,6 +86,9 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1
     run = runs[0]
+    assert run.info.run_name == "all@smoke"  # pipeline @ environment, not "__default__"
+    assert run.data.params["corpus"] == "demo" and run.data.params["kedro_env"] == "smoke"
+    assert run.data.tags["corpus"] == "demo" and "misc_forsale" in run.data.params["organisations"]
     assert run.data.params["train.model.n_topics"] == "5"
     assert run.data.params["vocab_consensus.merge"] == "union"
     assert "eval.scenario.federated.c_npmi" in run.data.metrics
@@ -261,7 +264,7 @@ def test_smoke_synthetic_sweep_through_dvc_with_nested_mlflow_runs(tmp_path: Pat
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("fedtopic_pipelines")
     all_runs = client.search_runs([experiment.experiment_id])
-    parent = next(r for r in all_runs if r.info.run_name == "synthetic")
+    parent = next(r for r in all_runs if r.info.run_name == "synthetic@smoke")
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.info.run_name for r in children) == ["sweep A: n_shared=2 rep 0", "sweep A: n_shared=4 rep 0"]
     assert parent.data.params["synthetic.generator.n_topics"] == "6"
