@@ -63,7 +63,8 @@ def _run_failing(args: list[str], cwd: Path) -> str:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     project = _copy_project(tmp_path_factory.mktemp("smoke"))
-    _run([str(BIN / "kedro"), "run", "--env=smoke"], project)
+    result = _run([str(BIN / "kedro"), "run", "--env=smoke"], project, COLUMNS="300")  # rich: no wrapping
+    (project / "run.log").write_text(result.stdout + result.stderr)
     return project
 
 
@@ -87,6 +88,10 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     assert len(runs) == 1
     run = runs[0]
     assert run.info.run_name == "all@smoke"  # pipeline @ environment, not "__default__"
+    log = (smoke_run / "run.log").read_text()
+    for phase in ("setting up MLflow tracking", "checking every parameter block", "building the pipelines"):
+        assert phase in log, phase  # what happens before the first node is said
+    assert f"MLflow run 'all@smoke' ({run.info.run_id}): corpus 'demo', environment 'smoke'" in log
     assert run.data.params["corpus"] == "demo" and run.data.params["kedro_env"] == "smoke"
     assert run.data.tags["corpus"] == "demo" and "misc_forsale" in run.data.params["organisations"]
     assert run.data.params["train.model.n_topics"] == "5"

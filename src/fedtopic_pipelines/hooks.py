@@ -37,6 +37,8 @@ class ValidateParametersHook:
         # reads settings.py: ``kedro --help`` and ``kedro mlflow ui`` stay fast.
         from fedtopic_pipelines.pipeline_registry import project_parameters
 
+        logger.info("MLflow tracking set up; checking every parameter block")
+
         # ``config_loader["parameters"]`` (with --params) rather than ``context.params``:
         # Kedro validates the latter against every registered pipeline, which would build
         # (import) all of them before Kedro knows which ones the run needs.
@@ -142,9 +144,7 @@ class StartupPhasesHook:
     @hook_impl(tryfirst=True)
     def after_context_created(self, context: KedroContext) -> None:
         self._started = time.perf_counter()
-        logger.info(
-            "environment '%s': setting up the MLflow store and checking the parameters", context.env or default_env()
-        )
+        logger.info("environment '%s': setting up MLflow tracking", context.env or default_env())
 
     @hook_impl
     def after_catalog_created(self, catalog: Any) -> None:

@@ -143,5 +143,10 @@ def register_pipelines() -> Mapping[str, Pipeline]:
             "__default__": lambda: sum((pipelines[name] for name in DEFAULT_CHAIN), Pipeline([])),
         }
     )
-    logger.info("corpus '%s', %d organisations (%s): building the pipelines", corpus, len(orgs), ", ".join(orgs))
+    logger.info(
+        "corpus '%s', %d organisations (%s): building the pipelines (their first use imports torch, scikit-learn...)",
+        corpus,
+        len(orgs),
+        ", ".join(orgs),
+    )
     return pipelines
