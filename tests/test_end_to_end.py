@@ -63,7 +63,8 @@ def _run_failing(args: list[str], cwd: Path) -> str:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     project = _copy_project(tmp_path_factory.mktemp("smoke"))
-    _run([str(BIN / "kedro"), "run", "--env=smoke"], project)
+    result = _run([str(BIN / "kedro"), "run", "--env=smoke"], project, COLUMNS="300")  # rich: no wrapping
+    (project / "run.log").write_text(result.stdout + result.stderr)
     return project
 
 
@@ -86,6 +87,13 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1
     run = runs[0]
+    assert run.info.run_name == "all@smoke"  # pipeline @ environment, not "__default__"
+    log = (smoke_run / "run.log").read_text()
+    for phase in ("setting up MLflow tracking", "checking every parameter block", "building the pipelines"):
+        assert phase in log, phase  # what happens before the first node is said
+    assert f"MLflow run 'all@smoke' ({run.info.run_id}): corpus 'demo', environment 'smoke'" in log
+    assert run.data.params["corpus"] == "demo" and run.data.params["kedro_env"] == "smoke"
+    assert run.data.tags["corpus"] == "demo" and "misc_forsale" in run.data.params["organisations"]
     assert run.data.params["train.model.n_topics"] == "5"
     assert run.data.params["vocab_consensus.merge"] == "union"
     assert "eval.scenario.federated.c_npmi" in run.data.metrics
@@ -236,8 +244,13 @@ def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp
         if f"Running stage '{s}'" in third.stdout
     }
     assert ran == {"train", "evaluate"}
-    shown = _run([dvc, "metrics", "show", "--json"], project)
-    assert "scenarios" in shown.stdout
+    shown = _run([dvc, "metrics", "show"], project)
+    assert "failed to load" not in shown.stderr  # no metrics file of a stage never run (the sweeps)
+    rows = [line.split()[0] for line in shown.stdout.splitlines()[1:] if line.strip()]
+    assert all(row.startswith("data/08_reporting/headline/") for row in rows), rows  # one row per scenario
+    assert {"federated", "centralized", "non_collaborative"} <= {Path(row).stem for row in rows}
+    # readable in a terminal (metrics.json as the DVC metric made one row of ~19,000 columns)
+    assert max(len(line) for line in shown.stdout.splitlines()) < 200
 
 
 def test_smoke_synthetic_sweep_through_dvc_with_nested_mlflow_runs(tmp_path: Path) -> None:
@@ -261,7 +274,7 @@ def test_smoke_synthetic_sweep_through_dvc_with_nested_mlflow_runs(tmp_path: Pat
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("fedtopic_pipelines")
     all_runs = client.search_runs([experiment.experiment_id])
-    parent = next(r for r in all_runs if r.info.run_name == "synthetic")
+    parent = next(r for r in all_runs if r.info.run_name == "synthetic@smoke")
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.info.run_name for r in children) == ["sweep A: n_shared=2 rep 0", "sweep A: n_shared=4 rep 0"]
     assert parent.data.params["synthetic.generator.n_topics"] == "6"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
@@ -10,20 +14,11 @@ from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError
-from fedtopic_pipelines.pipelines import (
-    evaluate,
-    ingest_demo,
-    ingest_s2orc,
-    ingest_synthetic,
-    ingest_table,
-    ingest_wikipedia,
-    preprocess,
-    synthetic,
-    train,
-    vocab_consensus,
-)
 
 CORPORA = ("demo", "wikipedia", "s2orc", "table", "synthetic")
+DEFAULT_CHAIN = ("ingest", "preprocess", "vocab_consensus", "train", "evaluate")
+
+logger = logging.getLogger(__name__)
 
 
 def project_parameters(
@@ -79,7 +74,43 @@ def corpus_organisations(params: dict, corpus: str) -> list[str]:
     return orgs
 
 
-def register_pipelines() -> dict[str, Pipeline]:
+class LazyPipelines(Mapping[str, Pipeline]):
+    """The registry's pipelines, each built (and its node modules imported) on first access.
+
+    Kedro looks up only the pipelines a run names, so ``kedro run --pipeline=ingest`` (what
+    the DVC ``ingest`` stage runs) imports the ingestion modules and not torch, scikit-learn
+    or matplotlib, which evaluation and training need: seconds on an idle machine, tens of
+    seconds on a busy one. Iterating (``kedro registry list``, or the parameter validation
+    of a ``__default__`` run, which inspects every pipeline) builds them all.
+    """
+
+    def __init__(self, builders: Mapping[str, Callable[[], Pipeline]]) -> None:
+        self._builders = dict(builders)
+        self._built: dict[str, Pipeline] = {}
+
+    def __getitem__(self, name: str) -> Pipeline:
+        if name not in self._built:
+            builder = self._builders[name]  # KeyError: Kedro then suggests close names
+            started = time.perf_counter()
+            self._built[name] = pipeline = builder()
+            logger.debug(
+                "pipeline '%s' built: %d nodes in %.1f s", name, len(pipeline.nodes), time.perf_counter() - started
+            )
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._builders)
+
+    def __len__(self) -> int:
+        return len(self._builders)
+
+
+def _module(name: str):
+    """``fedtopic_pipelines.pipelines.<name>``, imported when a pipeline is first built."""
+    return importlib.import_module(f"fedtopic_pipelines.pipelines.{name}")
+
+
+def register_pipelines() -> Mapping[str, Pipeline]:
     """``__default__`` chains ingestion of the configured corpus, preprocessing, consensus, training, evaluation.
 
     ``corpus`` (demo | wikipedia | s2orc | table | synthetic) picks which ingestion feeds
@@ -92,24 +123,30 @@ def register_pipelines() -> dict[str, Pipeline]:
     if corpus not in CORPORA:
         raise ConfigError(f"parameter 'corpus' is {corpus!r}; expected one of {list(CORPORA)}")
     orgs = corpus_organisations(params, corpus)
-    pipelines = {
-        "ingest_demo": ingest_demo.create_pipeline(orgs),
-        "ingest_table": ingest_table.create_pipeline(orgs),
-        "ingest_wikipedia": ingest_wikipedia.create_pipeline(rule_organisations(params, "ingest_wikipedia")),
-        "ingest_s2orc": ingest_s2orc.create_pipeline(rule_organisations(params, "ingest_s2orc")),
-        "ingest_synthetic": ingest_synthetic.create_pipeline(orgs),
-        "preprocess": preprocess.create_pipeline(orgs),
-        "vocab_consensus": vocab_consensus.create_pipeline(orgs),
-        "train": train.create_pipeline(orgs),
-        "evaluate": evaluate.create_pipeline(orgs),
-        "synthetic": synthetic.create_pipeline(),
+    rules = {name: rule_organisations(params, f"ingest_{name}") for name in ("wikipedia", "s2orc")}
+    builders: dict[str, Callable[[], Pipeline]] = {
+        "ingest_demo": lambda: _module("ingest_demo").create_pipeline(orgs),
+        "ingest_table": lambda: _module("ingest_table").create_pipeline(orgs),
+        "ingest_wikipedia": lambda: _module("ingest_wikipedia").create_pipeline(rules["wikipedia"]),
+        "ingest_s2orc": lambda: _module("ingest_s2orc").create_pipeline(rules["s2orc"]),
+        "ingest_synthetic": lambda: _module("ingest_synthetic").create_pipeline(orgs),
+        "preprocess": lambda: _module("preprocess").create_pipeline(orgs),
+        "vocab_consensus": lambda: _module("vocab_consensus").create_pipeline(orgs),
+        "train": lambda: _module("train").create_pipeline(orgs),
+        "evaluate": lambda: _module("evaluate").create_pipeline(orgs),
+        "synthetic": lambda: _module("synthetic").create_pipeline(),
     }
-    pipelines["ingest"] = pipelines[f"ingest_{corpus}"]
-    pipelines["__default__"] = (
-        pipelines["ingest"]
-        + pipelines["preprocess"]
-        + pipelines["vocab_consensus"]
-        + pipelines["train"]
-        + pipelines["evaluate"]
+    pipelines = LazyPipelines(
+        {
+            **builders,
+            "ingest": lambda: pipelines[f"ingest_{corpus}"],
+            "__default__": lambda: sum((pipelines[name] for name in DEFAULT_CHAIN), Pipeline([])),
+        }
+    )
+    logger.info(
+        "corpus '%s', %d organisations (%s): building the pipelines (their first use imports torch, scikit-learn...)",
+        corpus,
+        len(orgs),
+        ", ".join(orgs),
     )
     return pipelines

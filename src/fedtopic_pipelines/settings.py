@@ -4,9 +4,9 @@ import warnings
 
 from kedro.config import OmegaConfigLoader
 
-from fedtopic_pipelines.hooks import ValidateParametersHook
+from fedtopic_pipelines.hooks import RunIdentityHook, StartupPhasesHook, ValidateParametersHook
 
-HOOKS = (ValidateParametersHook(),)
+HOOKS = (StartupPhasesHook(), ValidateParametersHook(), RunIdentityHook())
 CONF_SOURCE = "conf"
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -283,3 +284,40 @@ def test_checkpoints_hold_no_pickle(tmp_path) -> None:
     torch.save({"x": np.zeros(2)}, tmp_path / "pickled.pt")
     with pytest.raises(persist.PersistError, match="not a readable safetensors file"):
         persist.load(tmp_path / "pickled.pt", "test")
+
+
+class RecordingBar:
+    """Stands in for tqdm: keeps its settings and the postfix shown at every redraw-capable update."""
+
+    made: ClassVar[list[RecordingBar]] = []
+
+    def __init__(self, **kwargs) -> None:
+        self.kwargs = kwargs
+        self.postfix: dict[str, str] = {}
+        self.shown: list[dict[str, str]] = []
+        RecordingBar.made.append(self)
+
+    def set_postfix(self, ordered_dict=None, refresh: bool = True, **kwargs) -> None:
+        self.postfix = {**(ordered_dict or {}), **kwargs}
+
+    def update(self, n: int = 1) -> None:
+        self.shown.append(dict(self.postfix))
+
+    def close(self) -> None:
+        pass
+
+
+def test_progress_bar_shows_every_rounds_loss_and_keeps_the_latest_validation_loss(monkeypatch) -> None:
+    import fedtopic_pipelines.core.federated.server as server_module
+
+    monkeypatch.setattr(server_module, "tqdm", RecordingBar)
+    RecordingBar.made.clear()
+    model = FAMILY.create_model(V, CONFIG, CPU)
+    rule = StoppingRule(max_rounds=5, validation_every=2, patience=10)
+    server = FederatedServer(FAMILY.strategy(model, CONFIG), rule)
+    history = server.run(InProcessEngine([ScriptedValidation(_client("a", 1), [7.25, 6.5])]), progress=True)
+    (bar,) = RecordingBar.made
+    # redrawn by time only (mininterval), never held back by tqdm's adaptive miniters
+    assert bar.kwargs["miniters"] == 1 and bar.kwargs["mininterval"] == 1.0
+    assert [s["loss"] for s in bar.shown] == [f"{r.loss:.1f}" for r in history]  # this round's loss, each round
+    assert [s.get("val") for s in bar.shown] == [None, "7.2", "7.2", "6.5", "6.5"]

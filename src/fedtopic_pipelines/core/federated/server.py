@@ -197,21 +197,24 @@ class FederatedServer:
         """
         every, patience = self.stopping.validation_every, self.stopping.patience
         convergence = self.strategy.convergence_metric
+        # miniters=1: tqdm checks the clock at every round and redraws at most once per
+        # mininterval. Its default adapts miniters to the early rounds' rate, so after fast
+        # first rounds a slowed-down host redrew (and showed the loss) only every ~50 rounds.
         bar = tqdm(
             total=self.stopping.max_rounds,
             initial=self.next_round,
             desc=f"train {self.name}",
             disable=not progress,
             mininterval=1.0,
+            miniters=1,
             leave=False,
         )
+        postfix: dict[str, str] = {}
         while self.next_round < self.stopping.max_rounds and not self.stopped_early:
             round_ = self.next_round
             record = self.run_round(engine, round_)
             self.history.append(record)
             self.next_round = round_ + 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{record.loss:.1f}", refresh=False)
             change = record.metrics.get(convergence) if convergence else None
             if self.stopping.tolerance > 0 and change is not None and change < self.stopping.tolerance:
                 logger.info(
@@ -234,7 +237,7 @@ class FederatedServer:
                     )
                 else:
                     self.waited += 1
-                bar.set_postfix(loss=f"{record.loss:.1f}", val=f"{record.validation_loss:.1f}", refresh=False)
+                postfix["val"] = f"{record.validation_loss:.1f}"
                 if self.waited >= patience:
                     logger.info(
                         "%s: no lower validation loss in %d validations; stopping at round %d, keeping round %d "
@@ -246,6 +249,10 @@ class FederatedServer:
                         self.best_loss,
                     )
                     self.stopped_early = True
+            # Set before update(), which redraws: the bar shows this round's loss and the
+            # latest validation loss, never a stale one.
+            bar.set_postfix({"loss": f"{record.loss:.1f}", **postfix}, refresh=False)
+            bar.update(1)
             if on_round_end is not None:
                 on_round_end(self)
         bar.close()
