@@ -75,4 +75,5 @@ def test_a_ghost_source_rebuilt_from_its_state_continues_the_same_stream() -> No
     b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
     for _ in range(9):
         for (x, nx), (y, ny) in zip(a.next_batches(), b.next_batches(), strict=True):
-            assert torch.equal(x.to_dense(), y.to_dense()) and torch.equal(torch.rand(3, generator=nx), torch.rand(3, generator=ny))
+            assert torch.equal(x.to_dense(), y.to_dense())
+            assert torch.equal(torch.rand(3, generator=nx), torch.rand(3, generator=ny))
