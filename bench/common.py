@@ -29,12 +29,9 @@ def project_config(env: str | None = None, overrides: dict[str, Any] | None = No
     return params, validate_parameters(params)
 
 
-def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any]]:
-    """The demo corpus's common vocabulary and each organisation's training matrix, as the
-    pipelines build them (``ingest_demo`` with its caps, then the site steps); the smoke
-    environment's caps make it small."""
+def demo_tables(params: dict) -> dict[str, Any]:
+    """Each organisation's raw demo table, as ``ingest_demo`` cuts the corpus (with its caps)."""
     from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
-    from fedtopic_pipelines.core.federated.site import run_sites
     from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
     from fedtopic_pipelines.core.text.demo import read_demo_wheel
 
@@ -43,6 +40,38 @@ def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, 
     orgs = list(params["organisations"])
     organisation = assign_by_label(raw.documents["label"], demo.organisations)
     tables, _ = partition_corpus(raw, organisation, orgs, "demo", demo.max_documents, demo.seed)
+    return tables
+
+
+def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any]]:
+    """The demo corpus's common vocabulary and each organisation's training matrix, as the
+    pipelines build them (``ingest_demo`` with its caps, then the site steps); the smoke
+    environment's caps make it small."""
+    from fedtopic_pipelines.core.federated.site import run_sites
+
+    tables = demo_tables(params)
     logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
     vocabulary, bows = run_sites(tables, project.preprocess, project.consensus)
     return vocabulary, {org: bow.subset("train").matrix for org, bow in bows.items()}
+
+
+def demo_corpus(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any], dict[str, list[list[str]]]]:
+    """The common vocabulary, each organisation's whole bag of words (both splits, with labels)
+    and its preprocessed training texts (the token lists coherence is counted on).
+
+    The bags of words come from ``run_sites``, as in :func:`demo_matrices`; it discards the
+    token shards, so the texts come from a second run of the same preprocessing step
+    (deterministic, so the same tokens), which keeps this in step with the pipelines."""
+    from fedtopic_pipelines.core.federated.site import Site, run_sites
+    from fedtopic_pipelines.core.ingest.common import as_frame
+
+    tables = demo_tables(params)
+    logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
+    vocabulary, bows = run_sites(tables, project.preprocess, project.consensus)
+    texts = {}
+    for org, table in tables.items():
+        result = Site(org).preprocess(table, project.preprocess)
+        frame = as_frame(result.tokens)
+        texts[org] = [t.split() for t in frame.loc[frame["split"] == "train", "tokens"]]
+        result.tokens.discard()
+    return vocabulary, bows, texts

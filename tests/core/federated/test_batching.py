@@ -10,15 +10,25 @@ def test_an_epoch_covers_every_document_once_and_merges_a_single_leftover() -> N
     source = BatchSource(matrix, batch_size=4, seed=0, device=torch.device("cpu"))
     batches = [source.next_batch() for _ in range(2)]
     assert [len(b) for b in batches] == [4, 5]  # 9 = 4 + 4 + 1 -> 4 + 5
-    assert sorted(torch.cat(batches).flatten().tolist()) == list(range(1, 10))
+    assert sorted(torch.cat([b.to_dense() for b in batches]).flatten().tolist()) == list(range(1, 10))
     assert source.max_examples == 5  # what the server caps an update's example count by
+
+
+def test_batches_are_sparse_csr_rows_of_the_matrix() -> None:
+    from fedtopic_pipelines.core.federated.batching import EpochSampler
+
+    matrix = sp.random(30, 50, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    batch = BatchSource(matrix, batch_size=8, seed=2, device=torch.device("cpu")).next_batch()
+    rows = EpochSampler(30, 8, seed=2).next_indices()  # the same sampler, the same rows
+    assert batch.layout == torch.sparse_csr
+    assert torch.equal(batch.to_dense(), torch.from_numpy(matrix[rows].toarray()))
 
 
 def test_same_seed_same_batches() -> None:
     matrix = sp.csr_matrix(np.eye(20, dtype=np.float32))
     a = BatchSource(matrix, 6, seed=5, device=torch.device("cpu"))
     b = BatchSource(matrix, 6, seed=5, device=torch.device("cpu"))
-    assert all(torch.equal(a.next_batch(), b.next_batch()) for _ in range(5))
+    assert all(torch.equal(a.next_batch().to_dense(), b.next_batch().to_dense()) for _ in range(5))
 
 
 def test_ghost_batches_never_repeat_a_document_within_a_step() -> None:
@@ -29,7 +39,7 @@ def test_ghost_batches_never_repeat_a_document_within_a_step() -> None:
     seen = []
     for _ in range(5):  # 50 = 4 steps of 12, then a last step of 2 documents
         batches = source.next_batches()
-        rows = torch.cat([b for b, _ in batches]).flatten().tolist()
+        rows = torch.cat([b.to_dense() for b, _ in batches]).flatten().tolist()
         assert len(rows) == len(set(rows))
         assert all(len(b) >= 2 for b, _ in batches)
         seen += rows
@@ -47,10 +57,10 @@ def test_a_source_rebuilt_from_its_state_continues_the_same_stream() -> None:
     b = BatchSource(matrix, 5, seed=99, device=torch.device("cpu"))
     b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
     for _ in range(8):  # across the epoch boundary
-        assert torch.equal(a.next_batch(), b.next_batch())
+        assert torch.equal(a.next_batch().to_dense(), b.next_batch().to_dense())
         assert torch.equal(torch.rand(4, generator=a.noise), torch.rand(4, generator=b.noise))
     fresh = BatchSource(matrix, 5, seed=99, device=torch.device("cpu"))
-    assert not all(torch.equal(fresh.next_batch(), a.next_batch()) for _ in range(3))
+    assert not all(torch.equal(fresh.next_batch().to_dense(), a.next_batch().to_dense()) for _ in range(3))
 
 
 def test_a_ghost_source_rebuilt_from_its_state_continues_the_same_stream() -> None:
@@ -65,4 +75,5 @@ def test_a_ghost_source_rebuilt_from_its_state_continues_the_same_stream() -> No
     b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
     for _ in range(9):
         for (x, nx), (y, ny) in zip(a.next_batches(), b.next_batches(), strict=True):
-            assert torch.equal(x, y) and torch.equal(torch.rand(3, generator=nx), torch.rand(3, generator=ny))
+            assert torch.equal(x.to_dense(), y.to_dense())
+            assert torch.equal(torch.rand(3, generator=nx), torch.rand(3, generator=ny))

@@ -68,3 +68,21 @@ def test_inference_is_deterministic_and_normalised() -> None:
     torch.testing.assert_close(theta.sum(1), torch.ones(8))
     assert torch.equal(theta, model.doc_topic(_bow()))
     torch.testing.assert_close(model.topic_word().sum(1), torch.ones(K))
+
+
+def test_a_sparse_batch_gives_the_dense_batch_loss_and_gradients() -> None:
+    """The batch sources give sparse CSR batches; the input layer and the reconstruction term
+    skip the zeros but compute the same function (float64: to rounding)."""
+    dense = _bow(16).double()
+    results = []
+    for bow in (dense, dense.to_sparse_csr()):
+        model = _model().double().train()
+        out = model.loss_on_batch(bow, torch.Generator().manual_seed(1))
+        out.loss.backward()
+        results.append((out, {k: p.grad for k, p in model.named_parameters()}))
+    (a, grads_a), (b, grads_b) = results
+    torch.testing.assert_close(a.loss, b.loss, rtol=1e-12, atol=1e-12)
+    assert all(torch.allclose(a.statistics[k], b.statistics[k], rtol=1e-12, atol=1e-12) for k in a.statistics)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-10, atol=1e-12)
+    assert grads_a["hidden.0.weight"].abs().max() > 0  # the input layer did receive a gradient

@@ -1,0 +1,279 @@
+"""Benchmark: our ProdLDA against contextualized-topic-models 2.6.1's, side by side.
+
+On the demo corpus's bag of words (the chosen environment's parameters, built through the
+pipelines' own site steps, ``common.demo_corpus``), for each seed, with the same number of
+document passes (``--epochs`` over the pooled training documents):
+
+1. the reference: CTM 2.6.1's ProdLDA (``bench/ctm_runner.py``: ``ZeroShotTM`` with the
+   bag of words as its "contextual" input, which is exactly ProdLDA; see that file), run in
+   a virtual environment of its own that this script creates (``--ctm-venv``, default
+   ``.cache/bench/ctm-venv``: ``python -m venv``, a ``.pth`` file that points at the
+   project's site-packages so torch and numpy are reused, then ``pip install --no-deps
+   contextualized-topic-models==2.6.1 wordcloud==1.9.4``; never into the project's venv);
+2. our centralized ProdLDA (the trusted-server scenario);
+3. our federated ProdLDA (one client per organisation).
+
+Every model is scored by the same evaluator:
+
+* pooled NPMI: gensim ``CoherenceModel`` ``c_npmi`` (window 10), the top ``evaluate.top_words``
+  words of each topic, on the pooled training texts of every organisation;
+* topic diversity of the top ``evaluate.diversity_top_words`` words (``core/metrics/topics.py``);
+* SVM macro-F1 (``core/metrics/classification.py``) on the topic vectors (posterior mean,
+  eval mode) of the *pooled* test documents of every organisation, with their newsgroup labels;
+* training documents per CPU-second (``time.process_time`` around training, torch at
+  ``--threads`` threads, 1 by default) and their ratio to the reference's in the same seed.
+
+``--smoke`` runs the same code on the smoke environment for 2 epochs and 1 seed; it uses the
+reference's venv only when it already exists, and says so loudly when it skips it.
+
+    .venv/bin/python bench/bench_quality.py [--epochs 28] [--seeds 3] [--env ENV] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import site
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from common import ROOT, demo_corpus, project_config
+
+from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
+from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
+from fedtopic_pipelines.core.training import train_scenarios
+
+logger = logging.getLogger("bench")
+
+CTM_PACKAGES = ("contextualized-topic-models==2.6.1", "wordcloud==1.9.4")  # wordcloud: imported by ctm.py
+REFERENCE = "CTM 2.6.1 ProdLDA (reference)"
+SYSTEMS = (REFERENCE, "ours, centralized", "ours, federated (5 organisations)")
+
+
+def ctm_python(venv: Path, create: bool) -> Path | None:
+    """The reference's interpreter, creating its venv first when asked and absent."""
+    python = venv / "bin" / "python"
+    if python.is_file():
+        return python
+    if not create:
+        return None
+    logger.warning("creating the reference's virtual environment %s (%s)", venv, ", ".join(CTM_PACKAGES))
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    packages = next(venv.glob("lib/python*/site-packages"))
+    (packages / "fedtopic_project.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *CTM_PACKAGES], check=True)
+    return python
+
+
+def run_reference(python: Path, train: sp.csr_matrix, test: sp.csr_matrix, settings: dict, timeout: float) -> dict:
+    """CTM in a subprocess of its own venv: the BoW goes in through a file, its results come back in one."""
+    with tempfile.TemporaryDirectory(prefix="bench-ctm-") as tmp:
+        source, target = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        arrays = {}
+        for name, matrix in (("train", train), ("test", test)):
+            matrix = matrix.tocsr().astype(np.float32)
+            arrays |= {f"{name}_data": matrix.data, f"{name}_indices": matrix.indices}
+            arrays |= {f"{name}_indptr": matrix.indptr, f"{name}_shape": np.array(matrix.shape)}
+        np.savez(source, settings=json.dumps(settings), **arrays)
+        env = {**os.environ, "OMP_NUM_THREADS": str(settings["threads"]), "MKL_NUM_THREADS": str(settings["threads"])}
+        env.pop("PYTHONPATH", None)  # nothing of the project's source: only the reference and its dependencies
+        done = subprocess.run(
+            [str(python), str(ROOT / "bench" / "ctm_runner.py"), str(source), str(target)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the reference run failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        out = np.load(target)
+        return {k: out[k] for k in out.files}
+
+
+def run_ours(matrices: dict, vocabulary, env: str | None, scenario: str, steps: int, seed: int, test) -> dict:
+    """One of our scenarios through the pipelines' training entry point, with its CPU time."""
+    overrides = {"scenarios": [scenario], "max_steps": steps, "max_epochs": None, "seed": seed}
+    _, project = project_config(env, {"train": {**overrides, "validation_fraction": 0.0}})
+    cpu, wall = time.process_time(), time.perf_counter()
+    trained = train_scenarios(matrices, project.train, progress=False, vocabulary=vocabulary)[scenario]
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    model = trained.to_model()
+    documents = steps * len(matrices) * project.train.batch_size  # every organisation holds > batch_size
+    theta = model.doc_topic(torch.from_numpy(test.toarray().astype(np.float32))).numpy()
+    return {
+        "topic_word": model.topic_word().numpy(),
+        "test_theta": theta,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "documents": documents,
+    }
+
+
+def pooled_npmi(topic_lists: list[list[str]], texts: list[list[str]]) -> list[float]:
+    """gensim ``c_npmi`` of every topic on the pooled texts, counted once for all topics."""
+    from gensim.corpora import Dictionary
+    from gensim.models.coherencemodel import CoherenceModel
+
+    dictionary = Dictionary(texts)
+    missing = sorted({w for topic in topic_lists for w in topic} - set(dictionary.token2id))
+    if missing:  # a term only in test texts: it co-occurs with nothing in the training texts
+        logger.warning("%d top words never occur in the pooled training texts: %s", len(missing), missing[:10])
+        dictionary.add_documents([missing])
+    model = CoherenceModel(
+        topics=topic_lists,
+        texts=texts,
+        dictionary=dictionary,
+        coherence="c_npmi",
+        topn=len(topic_lists[0]),
+        processes=1,
+    )
+    return [float(x) for x in model.get_coherence_per_topic()]
+
+
+def mean_std(values: list[float], digits: int = 3) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=28, help="passes over the pooled training documents")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for every system")
+    parser.add_argument("--env", default=None, help="Kedro environment (default: base)")
+    parser.add_argument("--ctm-venv", type=Path, default=ROOT / ".cache/bench/ctm-venv")
+    parser.add_argument("--no-reference", action="store_true", help="leave the reference library out")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
+    parser.add_argument("--smoke", action="store_true", help="smoke environment, 2 epochs, 1 seed")
+    args = parser.parse_args()
+    if args.smoke:
+        args.env, args.epochs, args.seeds = "smoke", 2, 1
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    torch.set_num_threads(args.threads)
+    params, project = project_config(args.env)
+    evaluate = from_mapping(EvaluateConfig, params["evaluate"], "evaluate")
+    python = None if args.no_reference else ctm_python(args.ctm_venv, create=not args.smoke)
+    if python is None:
+        logger.warning(
+            "REFERENCE SKIPPED: %s; the table has no CTM row",
+            "--no-reference" if args.no_reference else f"no venv at {args.ctm_venv} (--smoke never creates it)",
+        )
+    vocabulary, bows, texts = demo_corpus(params, project)
+    terms = vocabulary["term"].tolist()
+    matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    tests = [bow.subset("test") for bow in bows.values()]
+    test = sp.vstack([t.matrix for t in tests]).tocsr()
+    labels = np.concatenate([t.labels for t in tests])
+    pooled_train = sp.vstack(list(matrices.values())).tocsr()
+    pooled_texts = [t for org in texts for t in texts[org]]
+    train_config = project.train
+    n_docs = pooled_train.shape[0]
+    steps = math.ceil(args.epochs * n_docs / (len(matrices) * train_config.batch_size))
+    logger.info(
+        "%d organisations, %d training / %d test documents, V = %d; %d epochs = %d of our steps of %d documents",
+        len(matrices),
+        n_docs,
+        test.shape[0],
+        len(terms),
+        args.epochs,
+        steps,
+        len(matrices) * train_config.batch_size,
+    )
+    run_ours(
+        matrices, vocabulary, args.env, "centralized", 2, 0, test[:2]
+    )  # warm-up: first-call costs out of the timings
+    runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
+    for seed in range(args.seeds):
+        if python is not None:
+            settings = {
+                "seed": seed,
+                "epochs": args.epochs,
+                "threads": args.threads,
+                "batch_size": train_config.batch_size,
+                "n_topics": train_config.model.n_topics,
+                "hidden_sizes": list(train_config.model.hidden_sizes),
+            }
+            runs[REFERENCE].append(run_reference(python, pooled_train, test, settings, timeout=7200))
+            logger.info("seed %d: reference trained in %.1f CPU-s", seed, float(runs[REFERENCE][-1]["cpu_s"]))
+        for name, scenario in zip(SYSTEMS[1:], ("centralized", "federated"), strict=True):
+            runs[name].append(run_ours(matrices, vocabulary, args.env, scenario, steps, seed, test))
+            logger.info("seed %d: %s trained in %.1f CPU-s", seed, name, runs[name][-1]["cpu_s"])
+    # one coherence count for every topic of every model
+    ranked = [
+        (name, i, top_words(r["topic_word"], terms, evaluate.top_words))
+        for name in SYSTEMS
+        for i, r in enumerate(runs[name])
+    ]
+    per_topic = pooled_npmi([t for _, _, topics in ranked for t in topics], pooled_texts) if ranked else []
+    start = 0
+    for name, i, topics in ranked:
+        run = runs[name][i]
+        run["npmi"] = float(np.mean(per_topic[start : start + len(topics)]))
+        start += len(topics)
+        run["diversity"] = topic_diversity(top_words(run["topic_word"], terms, evaluate.diversity_top_words))
+        run["macro_f1"] = svm_macro_f1(run["test_theta"], labels, evaluate.svm_test_size, evaluate.svm_c, evaluate.seed)
+        run["docs_per_cpu_s"] = float(run["documents"]) / float(run["cpu_s"])
+        run["topics"] = [" ".join(t) for t in topics]
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{args.threads} thread(s) per system"
+    )
+    print(
+        f"demo corpus ({args.env or 'base'}): {len(matrices)} organisations, {n_docs} training / {test.shape[0]} test "
+        f"documents (pooled), V = {len(terms)}, K = {train_config.model.n_topics}, {args.epochs} epochs "
+        f"(reference: batches of {train_config.batch_size}; ours: {steps} steps of "
+        f"{len(matrices) * train_config.batch_size}), {args.seeds} seed(s), mean ± std over seeds\n"
+    )
+    header = (
+        "system",
+        "pooled NPMI",
+        "topic diversity",
+        "macro-F1 (pooled test)",
+        "training CPU s",
+        "documents / CPU-s",
+    )
+    print("| " + " | ".join(header) + " | vs reference |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    reference = runs[REFERENCE]
+    for name in SYSTEMS:
+        if not runs[name]:
+            print(f"| {name} | skipped | | | | | |")
+            continue
+        rs = runs[name]
+        ratio = (
+            mean_std([r["docs_per_cpu_s"] / ref["docs_per_cpu_s"] for r, ref in zip(rs, reference, strict=True)], 2)
+            + "x"
+            if reference
+            else "-"
+        )
+        f1 = [r["macro_f1"] for r in rs if r["macro_f1"] is not None]
+        print(
+            f"| {name} | {mean_std([r['npmi'] for r in rs])} | {mean_std([r['diversity'] for r in rs])} | "
+            f"{mean_std(f1) if f1 else '-'} | {mean_std([float(r['cpu_s']) for r in rs], 1)} | "
+            f"{mean_std([r['docs_per_cpu_s'] for r in rs], 0)} | {ratio} |"
+        )
+    if args.json:
+        keep = ("npmi", "diversity", "macro_f1", "cpu_s", "wall_s", "documents", "docs_per_cpu_s", "topics")
+        out = {
+            name: [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items() if k in keep} for r in rs]
+            for name, rs in runs.items()
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
