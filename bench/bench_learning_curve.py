@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import DEMO_WHEEL, ROOT, project_config
+from common import ROOT, demo_corpus, project_config
 from gensim.corpora import Dictionary
 from gensim.models.coherencemodel import CoherenceModel
 from tqdm.auto import tqdm
@@ -33,32 +33,10 @@ logger = logging.getLogger("bench.learning_curve")
 
 def demo_data(params: dict, project) -> tuple[Any, dict[str, Any], list[list[str]]]:
     """The demo's common vocabulary, each organisation's training matrix and the pooled
-    training texts (token lists), through the same site steps as the pipelines."""
-    from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
-    from fedtopic_pipelines.core.federated.site import Site
-    from fedtopic_pipelines.core.ingest.common import as_frame
-    from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
-    from fedtopic_pipelines.core.text.demo import read_demo_wheel
-    from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
-
-    demo = from_mapping(IngestDemoConfig, params["ingest_demo"], "ingest_demo")
-    raw = read_demo_wheel(DEMO_WHEEL)
-    orgs = list(params["organisations"])
-    organisation = assign_by_label(raw.documents["label"], demo.organisations)
-    tables, _ = partition_corpus(raw, organisation, orgs, "demo", demo.max_documents, demo.seed)
-    sites = {org: Site(org) for org in orgs}
-    results = {org: sites[org].preprocess(tables[org], project.preprocess) for org in orgs}
-    proposals = {org: sites[org].propose(results[org].term_counts, project.consensus) for org in orgs}
-    vocabulary = merge_vocabularies(proposals, project.consensus.merge)
-    terms = vocabulary["term"].tolist()
-    matrices, texts = {}, []
-    for org in orgs:
-        frame = as_frame(results[org].tokens)
-        texts += [t.split() for t, s in zip(frame["tokens"], frame["split"], strict=True) if s == "train"]
-        bow = sites[org].vectorise(results[org].tokens, terms)[0]
-        matrices[org] = bow.subset("train").matrix
-        results[org].tokens.discard()
-    return vocabulary, matrices, texts
+    training texts, through the same site steps as the pipelines (``demo_corpus``)."""
+    vocabulary, bows, texts = demo_corpus(params, project)
+    matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    return vocabulary, matrices, [t for org in bows for t in texts[org]]
 
 
 class Curve:
