@@ -222,6 +222,11 @@ class ConsensusConfig(ConfigModel):
     top_n: PositiveInt = 2000
     min_count: NonNegativeInt = 5
     merge: Literal["union", "intersection"] = "union"
+    # Floors on the merged terms (docs/vocabulary.md): a term must meet both. 1 and 0 turn them
+    # off (the defaults here, so a job or experiment written before them is unchanged);
+    # conf/base sets the values measured on the demo.
+    min_organisations: PositiveInt = 1
+    min_total_count: NonNegativeInt = 0
 
 
 # Model families (train.model, discriminated on `family`) ---------------------------------
