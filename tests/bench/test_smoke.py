@@ -33,7 +33,7 @@ def run_bench(script: str, *args: str, timeout: float = 300) -> str:
 def test_every_benchmark_script_has_a_smoke_test() -> None:
     scripts = {p.name for p in BENCH.glob("*.py") if p.name not in {"common.py", "dumpgen.py"}}
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
-    tested |= {"bench_flower.py"}
+    tested |= {"bench_flower.py", "bench_vocab_floors.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -41,6 +41,15 @@ def test_bench_training_smoke() -> None:
     assert DEMO_WHEEL.is_file(), "run 'make install' first"
     out = run_bench("bench_training.py", "--smoke")
     assert "| centralized |" in out and "| federated (in-process) |" in out and "ratio federated / centralized" in out
+
+
+def test_bench_vocab_floors_smoke() -> None:
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    out = run_bench("bench_vocab_floors.py", "--smoke")
+    rows = [line for line in out.splitlines() if line.startswith("| 1 | 0 |") or line.startswith("| 2 | 5 |")]
+    assert len(rows) == 2, out
+    no_floor, floors = (int(row.split("|")[3]) for row in rows)
+    assert floors < no_floor  # the floors removed terms
 
 
 def test_bench_synthetic_smoke() -> None:

@@ -207,7 +207,10 @@ class PreprocessConfig(ConfigModel):
     tokenizer: Literal["regexp", "wordpunct", "toktok", "whitespace"] = "regexp"
     min_token_length: PositiveInt = 3
     stopwords: Literal["sklearn", "gensim", "both", "none"] = "sklearn"
-    min_df: PositiveInt = 2
+    # min_df as in scikit-learn: an integer is a number of an organisation's training documents,
+    # a float in (0, 1) a share of them (rounded up, at least 1), so the floor scales with the
+    # organisation's size (docs/vocabulary.md). max_df is always a share.
+    min_df: PositiveInt | OpenFraction = 2
     max_df: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     alphabetic_only: bool = True
     processes: PositiveInt | None = None

@@ -219,7 +219,9 @@ def vectorize_frames(
         if len(frame):
             org = str(frame["organisation"].iloc[0])
         docs = [t.split() for t in frame["tokens"]]
-        part = vectorize(docs, vocabulary, frame["doc_id"].to_numpy(), frame["label"].to_numpy(), frame["split"].to_numpy())
+        part = vectorize(
+            docs, vocabulary, frame["doc_id"].to_numpy(), frame["label"].to_numpy(), frame["split"].to_numpy()
+        )
         inside = np.asarray(part.matrix.sum(axis=1)).ravel()
         for doc, split, n_in in zip(docs, part.split, inside, strict=True):
             counter = tokens.setdefault(str(split), Counter())
