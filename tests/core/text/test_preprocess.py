@@ -144,7 +144,7 @@ def test_a_share_min_df_keeps_the_terms_scikit_learn_keeps(tmp_path) -> None:
     result.tokens.discard()
 
 
-@pytest.mark.parametrize("min_df", [1.5, 0.0, 1.0, 0])
+@pytest.mark.parametrize("min_df", [1.5, 0.0, 1.0, 0, True, "5"])
 def test_min_df_must_be_a_positive_count_or_a_share_below_1(min_df) -> None:
     with pytest.raises(ConfigError, match="preprocess.min_df"):
         from_mapping(PreprocessConfig, {"min_df": min_df}, "preprocess")
