@@ -34,7 +34,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     # helpers, not benchmarks: ctm_runner.py runs inside the reference's venv, through bench_quality.py
     scripts = {p.name for p in BENCH.glob("*.py") if p.name not in {"common.py", "dumpgen.py", "ctm_runner.py"}}
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
-    tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py"}
+    tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -59,6 +59,15 @@ def test_bench_quality_smoke() -> None:
     assert "| ours, centralized |" in out and "| ours, federated (5 organisations) |" in out
     reference = next(line for line in out.splitlines() if line.startswith("| CTM 2.6.1 ProdLDA (reference) |"))
     assert "| skipped |" in reference or reference.endswith("| 1.00x |"), reference
+
+
+def test_bench_vocab_floors_smoke() -> None:
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    out = run_bench("bench_vocab_floors.py", "--smoke")
+    rows = [line for line in out.splitlines() if line.startswith("| 1 | 0 |") or line.startswith("| 2 | 5 |")]
+    assert len(rows) == 2, out
+    no_floor, floors = (int(row.split("|")[3]) for row in rows)
+    assert floors < no_floor  # the floors removed terms
 
 
 def test_bench_synthetic_smoke() -> None:

@@ -155,7 +155,12 @@ def test_ingest_synthetic_slice_feeds_preprocessing() -> None:
     pre = {"tokenizer": "whitespace", "alphabetic_only": False, "stopwords": "none", "min_token_length": 1}
     tokens = run_slice(
         preprocess.create_pipeline(["org1"]),
-        {"clients.org1.raw_documents": table, "params:preprocess": {**pre, "min_df": 1, "max_df": 1.0}},
+        {
+            "clients.org1.raw_documents": table,
+            "params:preprocess": {**pre, "min_df": 1, "max_df": 1.0},
+            "params:train": {},
+            "params:evaluate": {},
+        },
     )["clients.org1.tokens"]
     assert tokens["tokens"].tolist() == table["text"].tolist()  # nothing lost: every term survives
     with pytest.raises(ConfigError, match=r"must be \['org1', 'org2'\]"):

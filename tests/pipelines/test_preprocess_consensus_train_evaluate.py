@@ -2,6 +2,8 @@
 
 import math
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from fedtopic_pipelines.core.text.demo import CorpusError
@@ -23,7 +25,12 @@ EVAL = {"coherence_measures": ["c_npmi"], "top_words": 5, "diversity_top_words":
 
 
 def _raw(tables):
-    return {f"clients.{o}.raw_documents": t for o, t in tables.items()}
+    """The raw tables and the blocks the size check before preprocessing reads."""
+    return {
+        **{f"clients.{o}.raw_documents": t for o, t in tables.items()},
+        "params:train": TRAIN,
+        "params:evaluate": EVAL,
+    }
 
 
 def test_preprocess_keeps_tokens_and_term_counts_inside(tiny_raw_tables) -> None:
@@ -34,7 +41,11 @@ def test_preprocess_keeps_tokens_and_term_counts_inside(tiny_raw_tables) -> None
     assert set(out["clients.alpha.term_counts"]) <= set(" ".join(tokens["tokens"]).split())
     assert out["preprocess_report__alpha"]["documents_in"] == 40
     crossing = {name for name in out if not name.startswith("clients.")}
-    assert crossing == {f"preprocess_report__{o}" for o in ORGS}  # only the reports leave
+    assert crossing == {f"{d}__{o}" for o in ORGS for d in ("preprocess_report", "document_counts")} | {
+        "organisation_check"
+    }  # only the reports and the counts of the ingestion report leave
+    assert out["document_counts__alpha"] == {"train": 30, "test": 10}
+    assert out["organisation_check"]["alpha"]["min_df_documents"] == 2
 
 
 def test_empty_organisation_after_cleaning_is_named(tiny_raw_tables) -> None:
@@ -51,6 +62,16 @@ def test_intersection_of_disjoint_vocabularies_is_an_error(tiny_raw_tables) -> N
         run_slice(
             vocab_consensus.create_pipeline(ORGS),
             {**inputs, "params:vocab_consensus": {**VOCAB, "merge": "intersection"}},
+        )
+
+
+def test_floors_that_empty_the_vocabulary_name_the_parameters(tiny_raw_tables) -> None:
+    counts = run_slice(preprocess.create_pipeline(ORGS), {**_raw(tiny_raw_tables), "params:preprocess": PRE})
+    inputs = {k: v for k, v in counts.items() if k.startswith("clients.")}
+    with pytest.raises(EmptyVocabularyError, match="'vocab_consensus.min_organisations' = 2"):
+        run_slice(
+            vocab_consensus.create_pipeline(ORGS),
+            {**inputs, "params:vocab_consensus": {**VOCAB, "min_organisations": 2}},  # three disjoint vocabularies
         )
 
 
@@ -80,6 +101,14 @@ def test_full_chain_in_memory(tiny_raw_tables) -> None:
     assert out["clients.alpha.bow"].matrix.shape[1] == len(vocab)
     report = out["vectorize_report__alpha"]
     assert report["documents"]["train"] + report["documents"]["test"] == len(out["clients.alpha.bow"])
+    tokens = report["tokens"]["train"]
+    assert tokens["in_vocabulary"] == out["clients.alpha.bow"].subset("train").matrix.sum()
+    own = out["clients.alpha.tokens"]
+    assert tokens["total"] == sum(len(t.split()) for t in own.loc[own["split"] == "train", "tokens"])
+    assert tokens["outside_vocabulary"] == tokens["total"] - tokens["in_vocabulary"]
+    assert tokens["of_proposed_terms_left_out"] == 0  # no floor: the union keeps every proposed term
+    assert out["consensus_report"]["vocabulary_size"] == len(vocab)
+    assert out["consensus_report"]["removed_by_floors"]["total"]["terms"] == 0
     models = out["trained_models"]
     assert set(models) == {"federated", "centralized", "local__alpha", "local__beta", "local__gamma"}
     assert all(len(m.history) == 150 for m in models.values())
@@ -96,3 +125,67 @@ def test_full_chain_in_memory(tiny_raw_tables) -> None:
     assert len(out["topics"]["federated"]) == 3
     assert out["scenario_comparison"].axes
     assert any(k.startswith("federated.alpha.") for k in out["evaluation_metrics_mlflow"])
+
+
+# A user's own small corpus: S2ORC-like fields of 5-11 training documents ----------------
+FIELDS = {
+    "computer_science": ("algorithm network software compiler processor database protocol cache kernel parser", 5),
+    "economics": ("market price inflation trade monetary demand supply wage tariff currency", 6),
+    "sociology": ("community gender class migration family identity inequality urban youth ritual", 8),
+    "philosophy": ("ontology ethics kant virtue epistemology metaphysics consciousness reason moral truth", 9),
+    "political_science": ("election party parliament voter democracy regime policy coalition senate ballot", 11),
+}
+ACADEMIC = ["study", "analysis", "results", "approach", "theory", "evidence", "framework", "effect"]
+
+
+def s2orc_like_tables() -> dict:
+    """Five fields of study, 5-11 training and 2 test documents each: the S2ORC sample's sizes."""
+    rng = np.random.default_rng(7)
+    tables = {}
+    for field, (words, n_train) in FIELDS.items():
+        rows = []
+        for i in range(n_train + 2):  # each paper on 4 of its field's words and 2 shared ones, ~7 times each
+            chosen = [*rng.choice(words.split(), size=4, replace=False), *rng.choice(ACADEMIC, size=2, replace=False)]
+            text = " ".join(rng.choice(chosen, size=40))
+            rows.append((f"{field}:{i}", field, text, field, "train" if i < n_train else "test"))
+        tables[field] = pd.DataFrame(rows, columns=["doc_id", "organisation", "text", "label", "split"])
+    return tables
+
+
+def test_an_absolute_min_df_too_large_for_small_fields_is_named_before_any_preprocessing() -> None:
+    orgs = list(FIELDS)
+    pipe = preprocess.create_pipeline(orgs)
+    cleaning = [node for node in pipe.nodes if node.name.endswith("clean_documents")]
+    assert len(cleaning) == 5 and all("organisation_check" in node.inputs for node in cleaning)  # all wait
+    inputs = {**_raw(s2orc_like_tables()), "params:preprocess": {"min_df": 5, "max_df": 0.5}}
+    with pytest.raises(CorpusError, match="^before preprocessing: ") as caught:
+        run_slice(pipe, inputs)
+    message = str(caught.value)
+    assert "organisation 'computer_science' (5 training, 2 test documents): 'preprocess.min_df' = 5" in message
+    assert "organisation 'philosophy' (9 training, 2 test documents)" in message
+    assert "political_science" not in message  # 11 documents: 5 <= 0.5 * 11
+    assert "set 'preprocess.min_df' to a share" in message
+
+
+def test_the_shipped_s2orc_parameters_run_the_whole_chain_on_small_fields() -> None:
+    from fedtopic_pipelines.flower.cli import project_parameters
+
+    params = project_parameters("s2orc")
+    orgs = list(FIELDS)
+    assert params["organisations"] == orgs
+    assert isinstance(params["preprocess"]["min_df"], float)  # a share: it scales with each field
+    data = {
+        **_raw(s2orc_like_tables()),
+        "params:preprocess": params["preprocess"],
+        "params:vocab_consensus": params["vocab_consensus"],
+        "params:train": {**TRAIN, "max_steps": 5, "scenarios": ["federated", "centralized"]},
+        "params:organisations": orgs,
+        "params:evaluate": EVAL,
+    }
+    pipe = preprocess.create_pipeline(orgs) + vocab_consensus.create_pipeline(orgs)
+    pipe += train.create_pipeline(orgs) + evaluate.create_pipeline(orgs)
+    out = run_slice(pipe, data)
+    assert out["organisation_check"]["computer_science"]["min_df_documents"] == 1
+    assert all(len(out[f"clients.{o}.bow"].subset("train")) >= 2 for o in orgs)
+    assert set(out["metrics"]["models"]) == {"federated", "centralized"}
+    assert "the SVM needs at least 6" in out["organisation_check"]["economics"]["warnings"][0]  # said at the start

@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PlainValidator,
     Tag,
     ValidationError,
     model_validator,
@@ -131,6 +132,20 @@ Split = Literal["train", "test"]
 MaxDocuments = dict[Split, PositiveInt | None] | None
 
 
+def _count_or_share(value: Any) -> int | float:
+    """A count >= 1 (an int) or a share in (0, 1) (a float), strictly: not a bool or a string."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("expected a count (an integer >= 1) or a share (a number in (0, 1))")
+    if isinstance(value, int) and value < 1:
+        raise ValueError("a count must be >= 1")
+    if isinstance(value, float) and not (0.0 < value < 1.0):
+        raise ValueError("a share must be in (0, 1); write a count as an integer")
+    return value
+
+
+CountOrShare = Annotated[int | float, PlainValidator(_count_or_share)]  # scikit-learn's min_df convention
+
+
 # Ingestion ---------------------------------------------------------------------------
 class IngestDemoConfig(ConfigModel):
     """20 Newsgroups: label glob patterns per organisation, optional caps per split."""
@@ -207,7 +222,10 @@ class PreprocessConfig(ConfigModel):
     tokenizer: Literal["regexp", "wordpunct", "toktok", "whitespace"] = "regexp"
     min_token_length: PositiveInt = 3
     stopwords: Literal["sklearn", "gensim", "both", "none"] = "sklearn"
-    min_df: PositiveInt = 2
+    # min_df as in scikit-learn: an integer is a number of an organisation's training documents,
+    # a float in (0, 1) a share of them (rounded up, at least 1), so the floor scales with the
+    # organisation's size (docs/vocabulary.md). max_df is always a share.
+    min_df: CountOrShare = 2
     max_df: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     alphabetic_only: bool = True
     processes: PositiveInt | None = None
@@ -222,6 +240,11 @@ class ConsensusConfig(ConfigModel):
     top_n: PositiveInt = 2000
     min_count: NonNegativeInt = 5
     merge: Literal["union", "intersection"] = "union"
+    # Floors on the merged terms (docs/vocabulary.md): a term must meet both. 1 and 0 turn them
+    # off (the defaults here, so a job or experiment written before them is unchanged);
+    # conf/base sets the values measured on the demo.
+    min_organisations: PositiveInt = 1
+    min_total_count: NonNegativeInt = 0
 
 
 # Model families (train.model, discriminated on `family`) ---------------------------------

@@ -44,7 +44,7 @@ from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss, t
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.synthetic import SyntheticCorpus, generate
 from fedtopic_pipelines.core.training import train_scenarios
-from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
+from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def consensus_matrices(
         totals = np.asarray(org.train.sum(axis=0)).ravel()
         counts[name] = {corpus.vocabulary[j]: int(totals[j]) for j in np.flatnonzero(totals)}
     proposals = {name: Site(name).propose(c, consensus) for name, c in counts.items()}
-    vocabulary = merge_vocabularies(proposals, consensus.merge)["term"].tolist()
+    vocabulary = agree_on_vocabulary(proposals, consensus).vocabulary["term"].tolist()
     columns = np.array([index[t] for t in vocabulary])
     train = {name: org.train[:, columns].tocsr() for name, org in corpus.organisations.items()}
     validation = {name: org.validation[:, columns].tocsr() for name, org in corpus.organisations.items()}

@@ -8,10 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedtopic_pipelines.core.config import PreprocessConfig
+from fedtopic_pipelines.core.config import ConfigError, EvaluateConfig, PreprocessConfig, TrainConfig, from_mapping
 from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.text.demo import CorpusError
-from fedtopic_pipelines.core.text.preprocess import preprocess_shards
+from fedtopic_pipelines.core.text.preprocess import (
+    check_organisations,
+    document_frequency_window,
+    preprocess_shards,
+    svm_minimum_documents,
+)
 from fedtopic_pipelines.core.text.tokenize import tokenize_documents
 
 WORDS = [
@@ -117,3 +122,90 @@ def test_synthetic_terms_survive_with_the_whitespace_tokenizer() -> None:
     config = PreprocessConfig(tokenizer="whitespace", alphabetic_only=False, stopwords="none", min_token_length=1)
     assert tokenize_documents(["term12 term3 term12"], config) == [["term12", "term3", "term12"]]
     assert tokenize_documents(["term12 term3"], PreprocessConfig()) == [[]]
+
+
+# min_df that scales with the organisation, and the check before preprocessing -----------
+@pytest.mark.parametrize(("min_df", "n_train", "least"), [(5, 11, 5), (0.1, 11, 2), (0.1, 10, 1), (0.01, 5, 1)])
+def test_min_df_is_a_count_or_a_share_rounded_up(min_df, n_train, least) -> None:
+    assert document_frequency_window(PreprocessConfig(min_df=min_df, max_df=0.5), n_train) == (least, 0.5 * n_train)
+
+
+def test_a_share_min_df_keeps_the_terms_scikit_learn_keeps(tmp_path) -> None:
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    frame = corpus(400, seed=3)
+    config = PreprocessConfig(min_df=0.15, max_df=0.4, chunk_documents=100)
+    result = preprocess_shards(sharded(frame, tmp_path, 150), config)
+    docs = tokenize_documents(frame["text"], config)
+    train = [d for d, s in zip(docs, frame["split"], strict=True) if s == "train"]
+    expected = CountVectorizer(analyzer=lambda d: d, min_df=0.15, max_df=0.4).fit(train).vocabulary_
+    assert set(result.term_counts) == set(expected) and expected
+    assert result.report["min_df_documents"] == document_frequency_window(config, len(train))[0] > 1
+    result.tokens.discard()
+
+
+@pytest.mark.parametrize("min_df", [1.5, 0.0, 1.0, 0, True, "5"])
+def test_min_df_must_be_a_positive_count_or_a_share_below_1(min_df) -> None:
+    with pytest.raises(ConfigError, match="preprocess.min_df"):
+        from_mapping(PreprocessConfig, {"min_df": min_df}, "preprocess")
+
+
+def test_a_window_no_term_can_pass_is_named_before_the_second_pass() -> None:
+    frame = corpus(12, seed=2).assign(organisation="tiny", split="train")
+    with pytest.raises(CorpusError, match=r"organisation 'tiny' \(12 training documents\).*'preprocess.min_df' = 7"):
+        preprocess_shards(frame, PreprocessConfig(min_df=7, max_df=0.5))
+
+
+COUNTS = {"big": {"train": 400, "test": 100}, "small": {"train": 6, "test": 0}, "empty": {"train": 0, "test": 3}}
+
+
+def _check(counts, preprocess=None, train=None, evaluate=None):
+    return check_organisations(
+        counts,
+        PreprocessConfig.model_validate(preprocess or {}),
+        TrainConfig.model_validate(train or {}),
+        EvaluateConfig.model_validate(evaluate or {}),
+    )
+
+
+def test_the_check_names_every_organisation_too_small_with_its_counts_and_the_parameter() -> None:
+    with pytest.raises(CorpusError) as caught:
+        _check(COUNTS, {"min_df": 5, "max_df": 0.5})
+    message = str(caught.value)
+    assert "before preprocessing" in message and "big" not in message
+    assert "organisation 'small' (6 training, 0 test documents): 'preprocess.min_df' = 5" in message
+    assert "set 'preprocess.min_df' to a share" in message
+    assert "organisation 'empty' (0 training, 3 test documents): no training document" in message
+
+
+def test_the_check_names_a_validation_split_that_leaves_too_few_to_train() -> None:
+    with pytest.raises(CorpusError, match=r"'small' \(6 training.*'train.validation_fraction' = 0.8"):
+        _check({"small": COUNTS["small"]}, {"min_df": 1}, {"validation_fraction": 0.8})
+
+
+def test_the_check_passes_a_scaled_min_df_and_warns_of_missing_metrics(caplog) -> None:
+    report = _check(
+        {k: v for k, v in COUNTS.items() if k != "empty"} | {"few": {"train": 9, "test": 2}}, {"min_df": 0.01}
+    )
+    assert report["big"] == {
+        "train": 400,
+        "test": 100,
+        "min_df_documents": 4,
+        "max_df_documents": 200.0,
+        "warnings": [],
+    }
+    assert report["small"]["min_df_documents"] == 1
+    assert report["small"]["warnings"] == ["no test document: its perplexity and macro-F1 will be missing"]
+    assert "the SVM needs at least 6" in report["few"]["warnings"][0]
+    assert "organisation 'small' (6 training, 0 test documents): no test document" in caplog.text
+
+
+def test_svm_minimum_documents_matches_the_classifier_rule() -> None:
+    from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
+
+    for test_size in (0.2, 0.5):
+        least = svm_minimum_documents(test_size)
+        labels = np.array(["a", "b"] * least)[:least]
+        features = np.eye(least)
+        assert svm_macro_f1(features, labels, test_size, 1.0, 0) is not None
+        assert svm_macro_f1(features[:-1], labels[:-1], test_size, 1.0, 0) is None

@@ -1,12 +1,16 @@
 import numpy as np
+import pandas as pd
 import pytest
+import scipy.sparse as sp
 
-from fedtopic_pipelines.core.config import ConsensusConfig
+from fedtopic_pipelines.core.config import ConfigError, ConsensusConfig, from_mapping
 from fedtopic_pipelines.core.vocab.consensus import (
     EmptyVocabularyError,
+    agree_on_vocabulary,
     merge_vocabularies,
     propose_terms,
     vectorize,
+    vectorize_frames,
 )
 
 
@@ -63,3 +67,93 @@ def test_documents_without_a_vocabulary_term_are_dropped_and_counted() -> None:
     kept, dropped = bow.without_empty_documents()
     assert kept.doc_ids.tolist() == ["d1", "d4"]
     assert dropped == {"train": 1, "test": 1}
+
+
+# Vocabulary floors --------------------------------------------------------------------
+FLOOR_PROPOSALS = {
+    "a": {"common": 30, "pair": 4, "loud": 60, "junk": 7},
+    "b": {"common": 20, "pair": 3, "mine": 8},
+    "c": {"common": 10, "other": 9},
+}
+
+
+def _agree(**floors):
+    return agree_on_vocabulary(FLOOR_PROPOSALS, ConsensusConfig(top_n=10, min_count=0, **floors))
+
+
+def test_floors_off_by_default_keep_the_whole_union() -> None:
+    consensus = _agree()
+    assert consensus.vocabulary.equals(merge_vocabularies(FLOOR_PROPOSALS, "union"))
+    assert consensus.report["removed_by_floors"]["total"] == {"terms": 0, "proposed_count": 0}
+    assert consensus.report["merged_terms_by_organisations"] == {"1": 4, "2": 1, "3": 1}
+
+
+def test_min_organisations_removes_terms_few_organisations_proposed_and_reports_them() -> None:
+    consensus = _agree(min_organisations=2)
+    assert sorted(consensus.vocabulary["term"]) == ["common", "pair"]
+    removed = consensus.report["removed_by_floors"]
+    assert removed["min_organisations"] == {"terms": 4, "proposed_count": 60 + 7 + 8 + 9}
+    assert removed["min_total_count"] == {"terms": 0, "proposed_count": 0}
+    assert consensus.report["vocabulary_size"] == 2 and consensus.report["vocabulary_proposed_count"] == 67
+
+
+def test_min_total_count_removes_rare_terms_and_both_floors_must_be_met() -> None:
+    only_m = _agree(min_total_count=9)
+    assert sorted(only_m.vocabulary["term"]) == ["common", "loud", "other"]  # pair (7), junk (7), mine (8) out
+    both = _agree(min_organisations=2, min_total_count=9)
+    assert both.vocabulary["term"].tolist() == ["common"]  # pair has 2 organisations but a count of 7
+    removed = both.report["removed_by_floors"]
+    assert removed["min_organisations"]["terms"] == 4 and removed["min_total_count"]["terms"] == 3
+    assert removed["both"] == {"terms": 2, "proposed_count": 15}  # junk, mine
+    assert removed["total"] == {"terms": 5, "proposed_count": 60 + 7 + 7 + 8 + 9}
+
+
+def test_floors_that_empty_the_vocabulary_name_both_parameters() -> None:
+    with pytest.raises(EmptyVocabularyError, match="min_organisations.*min_total_count"):
+        _agree(min_organisations=3, min_total_count=100)
+    with pytest.raises(EmptyVocabularyError, match="'vocab_consensus.min_organisations' is 4 but only 3"):
+        _agree(min_organisations=4)
+
+
+@pytest.mark.parametrize(
+    ("block", "where"),
+    [({"min_organisations": 0}, "vocab_consensus.min_organisations"), ({"min_total_count": -1}, "min_total_count")],
+)
+def test_floor_parameters_are_validated(block, where) -> None:
+    with pytest.raises(ConfigError, match=where):
+        from_mapping(ConsensusConfig, block, "vocab_consensus")
+
+
+def test_the_federation_vocabulary_stage_applies_the_same_floors() -> None:
+    """The Flower path (run_federation's vocabulary stage) and the Kedro node share the function."""
+    from fedtopic_pipelines.core.config import PreprocessConfig
+    from fedtopic_pipelines.core.federated.engine import InProcessEngine
+    from fedtopic_pipelines.core.federated.federation import agree_vocabulary
+    from fedtopic_pipelines.core.federated.site import MemoryEndpoint
+
+    config = ConsensusConfig(top_n=10, min_count=0, min_organisations=2, min_total_count=5)
+    endpoints = [MemoryEndpoint(org, sp.csr_matrix((1, 1)), counts) for org, counts in FLOOR_PROPOSALS.items()]
+    served = agree_vocabulary(InProcessEngine(endpoints), list(FLOOR_PROPOSALS), PreprocessConfig(), config)
+    assert served.equals(agree_on_vocabulary(FLOOR_PROPOSALS, config).vocabulary)
+    assert served["term"].tolist() == ["common", "pair"]
+
+
+def test_vectorise_report_counts_tokens_outside_the_vocabulary_and_of_own_terms_left_out() -> None:
+    frame = pd.DataFrame(
+        {
+            "doc_id": ["d1", "d2", "d3"],
+            "organisation": ["a"] * 3,
+            "label": [""] * 3,
+            "split": ["train", "train", "test"],
+            "tokens": ["common junk junk zzz", "loud", "common junk"],
+        }
+    )
+    _, report = vectorize_frames([frame], ["common", "pair"], proposal=FLOOR_PROPOSALS["a"])
+    assert report["tokens"]["train"] == {
+        "total": 5,
+        "in_vocabulary": 1,
+        "outside_vocabulary": 4,
+        "of_proposed_terms_left_out": 3,  # junk twice, loud; zzz was never proposed
+    }
+    assert report["tokens"]["test"]["of_proposed_terms_left_out"] == 1
+    assert report["proposed_terms_left_out"] == 2 and report["dropped_no_vocabulary_term"] == {"train": 1}

@@ -6,7 +6,8 @@ process or over Flower. The stages:
 
 1. ``vocabulary`` (unless the vocabulary is given, as in Kedro, whose consensus pipeline
    made it from the same proposals): every organisation proposes its top-N terms with
-   their counts, nothing more; the server merges them (union or intersection).
+   their counts, nothing more; the server merges them (union or intersection) and applies
+   the vocabulary floors, with the Kedro consensus node's function.
 2. ``prepare``: every organisation vectorises against the common vocabulary, holds out
    its validation documents, builds its client, and declares its document counts, which
    cap the example count of every later update it sends.
@@ -32,7 +33,7 @@ from fedtopic_pipelines.core.federated.engine import Engine, FederationError
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.federated.site import PREPARE, VOCABULARY, resolve_device
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
+from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def agree_vocabulary(
                 f"stage 'vocabulary': {org} proposed {len(proposal)} terms (at most top_n = {consensus.top_n}) "
                 f"with {len(too_rare)} at or below min_count = {consensus.min_count}"
             )
-    vocabulary = merge_vocabularies(proposals, consensus.merge)
+    vocabulary = agree_on_vocabulary(proposals, consensus).vocabulary  # the Kedro consensus node's function
     logger.info("common vocabulary (%s): %d terms", consensus.merge, len(vocabulary))
     return vocabulary
 

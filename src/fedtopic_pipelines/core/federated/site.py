@@ -110,12 +110,13 @@ class Site:
             logger.info("organisation %s proposes %d terms", self.name, len(proposal))
         return proposal
 
-    def vectorise(self, tokens, terms: Sequence[str]):
-        """Its documents as a bag of words over the common vocabulary, and a report."""
+    def vectorise(self, tokens, terms: Sequence[str], proposal: Mapping[str, int] | None = None):
+        """Its documents as a bag of words over the common vocabulary, and a report (with its own
+        ``proposal``, also the tokens of its proposed terms the consensus left out)."""
         from fedtopic_pipelines.core.ingest.common import iter_frames
         from fedtopic_pipelines.core.vocab.consensus import vectorize_frames
 
-        return vectorize_frames(iter_frames(tokens), list(terms))
+        return vectorize_frames(iter_frames(tokens), list(terms), None if proposal is None else list(proposal))
 
     def prepare(self, family: ModelFamily, train: Any, config: TrainConfig, index: int) -> Prepared:
         """The training data minus the validation documents it holds out (when validating)."""
@@ -392,12 +393,12 @@ def run_sites(raw: Mapping[str, Any], preprocess: PreprocessConfig, consensus: C
     """Every organisation's steps in one process, as the Kedro pipelines chain them: preprocess,
     propose, merge (the server's part), vectorise. Returns the common vocabulary and each
     organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests)."""
-    from fedtopic_pipelines.core.vocab.consensus import merge_vocabularies
+    from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
 
     sites = {org: Site(org) for org in raw}
     results = {org: sites[org].preprocess(table, preprocess) for org, table in raw.items()}
     proposals = {org: sites[org].propose(results[org].term_counts, consensus) for org in raw}
-    vocabulary = merge_vocabularies(proposals, consensus.merge)
+    vocabulary = agree_on_vocabulary(proposals, consensus).vocabulary
     terms = vocabulary["term"].tolist()
     bows = {org: sites[org].vectorise(results[org].tokens, terms)[0] for org in raw}
     for result in results.values():

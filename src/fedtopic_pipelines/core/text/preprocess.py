@@ -8,22 +8,29 @@ organisation's vocabulary counts, never by the corpus.
 
 The result equals the in-memory algorithm: the same tokens, the same vocabulary (on the
 training split only), the same term counts (restricted to the kept terms).
+
+``min_df`` scales with the organisation (an integer is a number of its training documents,
+a float a share of them), and :func:`check_organisations` checks every organisation's
+document counts against what preprocessing, training and evaluation need before any
+organisation is preprocessed (docs/vocabulary.md).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import PreprocessConfig
+from fedtopic_pipelines.core.config import EvaluateConfig, PreprocessConfig, TrainConfig
 from fedtopic_pipelines.core.ingest.common import (
     ShardedTable,
     iter_frames,
@@ -47,11 +54,100 @@ def tokenize_chunk(item: tuple[int, list[str], PreprocessConfig]) -> tuple[int, 
     return shard, tokenize_documents(texts, config)
 
 
+def document_frequency_window(config: PreprocessConfig, n_train: int) -> tuple[int, float]:
+    """The fewest and most training documents of an organisation of ``n_train`` that a term may
+    occur in: ``min_df`` as a count, or a share rounded up (at least 1); ``max_df`` a share."""
+    if isinstance(config.min_df, int):
+        return config.min_df, config.max_df * n_train
+    # rounded first: 0.07 * 100 is 7.000000000000001, which would ask for 8 documents
+    return max(1, math.ceil(round(config.min_df * n_train, 9))), config.max_df * n_train
+
+
+def _window_problem(config: PreprocessConfig, n_train: int) -> str | None:
+    least, most = document_frequency_window(config, n_train)
+    if least <= most:
+        return None
+    given = f"'preprocess.min_df' = {config.min_df}" + (f" ({least} documents)" if least != config.min_df else "")
+    return (
+        f"{given} is more than 'preprocess.max_df' = {config.max_df} of its training documents ({most:g}): no term "
+        f"can pass; set 'preprocess.min_df' to a share (e.g. 0.01, which scales with each organisation) or raise "
+        "'preprocess.max_df'"
+    )
+
+
+def svm_minimum_documents(test_size: float) -> int:
+    """The fewest labelled test documents for which the SVM's stratified split has two documents
+    on each side (two classes need at least that; ``metrics.classification``)."""
+    n = 4
+    while math.ceil(test_size * n) < 2 or n - math.ceil(test_size * n) < 2:
+        n += 1
+    return n
+
+
+def check_organisations(
+    counts: Mapping[str, Mapping[str, int]], preprocess: PreprocessConfig, train: TrainConfig, evaluate: EvaluateConfig
+) -> dict[str, dict[str, object]]:
+    """Check every organisation's raw document counts (``{org: {"train": n, "test": n}}``)
+    against what the chain needs, before any organisation is preprocessed.
+
+    Raises :class:`CorpusError` naming every organisation that cannot be preprocessed or
+    trained on (no training document; a document-frequency window no term can pass; too few
+    documents to hold out validation documents and keep 2 for BatchNorm), with its counts and
+    the parameter to change. ``train.batch_size`` needs nothing: a batch is capped by the
+    organisation's documents (``EpochSampler``). What only leaves a metric undefined (no test document, too few
+    for the SVM's split) is a warning in the log and the returned report. Preprocessing may
+    still drop documents (empty after cleaning): later checks stay.
+    """
+    from fedtopic_pipelines.core.federated.site import hold_out_one  # the rule training applies
+
+    problems: list[str] = []
+    report: dict[str, dict[str, object]] = {}
+    svm_least = svm_minimum_documents(evaluate.svm_test_size)
+    for org, split_counts in counts.items():
+        n_train, n_test = int(split_counts.get("train", 0)), int(split_counts.get("test", 0))
+        least, most = document_frequency_window(preprocess, max(n_train, 1))
+        errors: list[str] = []
+        warnings: list[str] = []
+        if n_train == 0:
+            errors.append("no training document: check the ingestion's split (e.g. 'test_fraction') and rules")
+        else:
+            window = _window_problem(preprocess, n_train)
+            if window:
+                errors.append(window)
+            if n_train < 2:
+                errors.append("training needs at least 2 documents (BatchNorm)")
+            elif train.validation_fraction > 0:
+                try:
+                    hold_out_one(org, np.empty((n_train, 0)), train.validation_fraction, train.seed, 0)
+                except ValueError as exc:
+                    errors.append(f"{str(exc).split(': ', 1)[-1]}; lower it or set it to 0")
+        if n_test == 0:
+            warnings.append("no test document: its perplexity and macro-F1 will be missing")
+        elif n_test < svm_least:
+            warnings.append(
+                f"{n_test} test documents: the SVM needs at least {svm_least} for its "
+                f"'evaluate.svm_test_size' = {evaluate.svm_test_size} split, its macro-F1 will be missing"
+            )
+        for warning in warnings:
+            logger.warning("organisation '%s' (%d training, %d test documents): %s", org, n_train, n_test, warning)
+        problems += [f"organisation '{org}' ({n_train} training, {n_test} test documents): {e}" for e in errors]
+        report[org] = {
+            "train": n_train,
+            "test": n_test,
+            "min_df_documents": least,
+            "max_df_documents": most,
+            "warnings": warnings,
+        }
+    if problems:
+        raise CorpusError("before preprocessing: " + "; ".join(problems))
+    return report
+
+
 @dataclass
 class PreprocessResult:
     tokens: ShardedTable
     term_counts: dict[str, int]
-    report: dict[str, int] = field(default_factory=dict)
+    report: dict[str, float] = field(default_factory=dict)
 
 
 def preprocess_shards(
@@ -110,8 +206,12 @@ def preprocess_shards(
     if n_train == 0:
         shutil.rmtree(staging, ignore_errors=True)
         raise CorpusError(f"organisation '{org}' has no training documents to preprocess")
-    max_docs = config.max_df * n_train
-    keep = {t for t, n in df.items() if config.min_df <= n <= max_docs}
+    problem = _window_problem(config, n_train)
+    if problem:  # a Flower node has no pipeline check before it: say it before the second pass
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CorpusError(f"organisation '{org}' ({n_train} training documents): {problem}")
+    min_docs, max_docs = document_frequency_window(config, n_train)
+    keep = {t for t, n in df.items() if min_docs <= n <= max_docs}
     removed = len(df) - len(keep)
     out_dir = staging / "out"
     shards: list[Path] = []
@@ -142,6 +242,8 @@ def preprocess_shards(
         "documents_out": documents_out,
         "dropped_empty_after_cleaning": empty,
         "terms_removed_by_document_frequency": removed,
+        "min_df_documents": min_docs,
+        "max_df_documents": max_docs,
         "vocabulary_size": len(term_counts),
         "shards": len(shards),
         "processes": processes,

@@ -3,12 +3,18 @@
 Each organisation proposes its top-N terms that occur more than T times (seed 003,
 sec. 3.1.4); the server merges the proposals by union or intersection and keeps, for
 every retained term, its merged frequency summed over organisations (seed 001, sec. 3.1).
-Each organisation then vectorises its own documents against the common vocabulary.
+Two floors then keep junk out of a union (docs/vocabulary.md): a term stays only if at
+least ``min_organisations`` organisations proposed it AND its summed proposed count
+reaches ``min_total_count`` (1 and 0 turn each floor off). Both engines call
+:func:`agree_on_vocabulary`, so Kedro's consensus node and a Flower federation agree on
+the same terms. Each organisation then vectorises its own documents against the common
+vocabulary.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+
+from fedtopic_pipelines.core.config import ConsensusConfig
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +70,81 @@ def merge_vocabularies(proposals: Mapping[str, Mapping[str, int]], merge: str) -
         rows.append((term, int(sum(freqs)), len(freqs)))
     table = pd.DataFrame(rows, columns=["term", "frequency", "n_organisations"])
     return table.sort_values(["frequency", "term"], ascending=[False, True], ignore_index=True)
+
+
+@dataclass(frozen=True)
+class Consensus:
+    """The common vocabulary and the server's report on how it was made (no document leaves
+    an organisation for it: the report holds only counts over the proposals)."""
+
+    vocabulary: pd.DataFrame
+    report: dict[str, Any]
+
+
+def apply_floors(table: pd.DataFrame, min_organisations: int, min_total_count: int) -> tuple[pd.DataFrame, dict]:
+    """Keep the merged terms proposed by >= ``min_organisations`` organisations whose summed
+    proposed count is >= ``min_total_count``; return them and what each floor removed.
+
+    A term can fail both floors: it counts under each, and once under ``total``.
+    """
+    few_orgs = table["n_organisations"] < min_organisations
+    rare = table["frequency"] < min_total_count
+    removed = few_orgs | rare
+
+    def summary(mask: pd.Series) -> dict[str, int]:
+        return {"terms": int(mask.sum()), "proposed_count": int(table.loc[mask, "frequency"].sum())}
+
+    report = {
+        "min_organisations": summary(few_orgs),
+        "min_total_count": summary(rare),
+        "both": summary(few_orgs & rare),
+        "total": summary(removed),
+    }
+    return table.loc[~removed].reset_index(drop=True), report
+
+
+def agree_on_vocabulary(proposals: Mapping[str, Mapping[str, int]], config: ConsensusConfig) -> Consensus:
+    """The server's whole consensus: merge the proposals, then apply the floors.
+
+    Raises :class:`EmptyVocabularyError` naming the parameters to relax when nothing is left.
+    """
+    if config.min_organisations > len(proposals):
+        raise EmptyVocabularyError(
+            f"parameter 'vocab_consensus.min_organisations' is {config.min_organisations} but only "
+            f"{len(proposals)} organisations propose terms: no term can pass; lower it"
+        )
+    merged = merge_vocabularies(proposals, config.merge)
+    vocabulary, removed = apply_floors(merged, config.min_organisations, config.min_total_count)
+    by_orgs = merged["n_organisations"].value_counts().sort_index()
+    report: dict[str, Any] = {
+        "merge": config.merge,
+        "organisations": len(proposals),
+        "proposed_terms": {org: len(p) for org, p in proposals.items()},
+        "merged_terms": len(merged),
+        "merged_terms_by_organisations": {str(int(k)): int(v) for k, v in by_orgs.items()},
+        "floors": {"min_organisations": config.min_organisations, "min_total_count": config.min_total_count},
+        "removed_by_floors": removed,
+        "vocabulary_size": len(vocabulary),
+        "vocabulary_proposed_count": int(vocabulary["frequency"].sum()),
+    }
+    if vocabulary.empty:
+        raise EmptyVocabularyError(
+            f"the floors removed all {len(merged)} terms of the {config.merge} of the organisations' vocabularies "
+            f"({removed['min_organisations']['terms']} proposed by fewer than 'vocab_consensus.min_organisations' = "
+            f"{config.min_organisations} organisations, {removed['min_total_count']['terms']} with a summed count "
+            f"below 'vocab_consensus.min_total_count' = {config.min_total_count}); lower one of them"
+        )
+    if removed["total"]["terms"]:
+        logger.info(
+            "vocabulary floors: %d of %d terms removed (%d by min_organisations = %d, %d by min_total_count = %d)",
+            removed["total"]["terms"],
+            len(merged),
+            removed["min_organisations"]["terms"],
+            config.min_organisations,
+            removed["min_total_count"]["terms"],
+            config.min_total_count,
+        )
+    return Consensus(vocabulary, report)
 
 
 @dataclass
@@ -115,26 +198,38 @@ def vectorize(
     return BowCorpus(matrix, np.asarray(doc_ids), np.asarray(labels), np.asarray(split))
 
 
-def vectorize_frames(frames: Iterable[pd.DataFrame], vocabulary: Sequence[str]) -> tuple[BowCorpus, dict[str, Any]]:
+def vectorize_frames(
+    frames: Iterable[pd.DataFrame], vocabulary: Sequence[str], proposal: Iterable[str] | None = None
+) -> tuple[BowCorpus, dict[str, Any]]:
     """One organisation's token tables (shard by shard) as a bag-of-words matrix, plus a report.
 
     Only the matrix, which training needs, is held whole. Documents left without any term of
     the common vocabulary (likely with ``intersection``) are dropped and counted per split.
+    The report counts, per split, the tokens inside and outside the vocabulary; given the
+    organisation's own ``proposal``, also the tokens of its proposed terms the consensus left
+    out (by the floors, or the intersection): the organisation knows those without learning
+    anything of the others' proposals.
     """
+    vocabulary = list(vocabulary)
+    left_out = set(proposal or ()) - set(vocabulary)
     parts: list[BowCorpus] = []
     org = "?"
+    tokens: dict[str, Counter[str]] = {}
     for frame in frames:
         if len(frame):
             org = str(frame["organisation"].iloc[0])
-        parts.append(
-            vectorize(
-                [t.split() for t in frame["tokens"]],
-                vocabulary,
-                frame["doc_id"].to_numpy(),
-                frame["label"].to_numpy(),
-                frame["split"].to_numpy(),
-            )
+        docs = [t.split() for t in frame["tokens"]]
+        part = vectorize(
+            docs, vocabulary, frame["doc_id"].to_numpy(), frame["label"].to_numpy(), frame["split"].to_numpy()
         )
+        inside = np.asarray(part.matrix.sum(axis=1)).ravel()
+        for doc, split, n_in in zip(docs, part.split, inside, strict=True):
+            counter = tokens.setdefault(str(split), Counter())
+            counter["total"] += len(doc)
+            counter["in_vocabulary"] += int(n_in)
+            if left_out:
+                counter["of_proposed_terms_left_out"] += sum(1 for t in doc if t in left_out)
+        parts.append(part)
     parts = parts or [vectorize([], vocabulary, [], [], [])]
     bow = BowCorpus(
         sp.vstack([p.matrix for p in parts], format="csr"),
@@ -146,4 +241,22 @@ def vectorize_frames(frames: Iterable[pd.DataFrame], vocabulary: Sequence[str]) 
     if dropped:
         logger.warning("organisation %s: dropped %s documents with no term of the common vocabulary", org, dropped)
     kept = {s: int((bow.split == s).sum()) for s in ("train", "test")}
-    return bow, {"organisation": org, "documents": kept, "dropped_no_vocabulary_term": dropped}
+    token_report = {}
+    for split in ("train", "test"):
+        counter = tokens.get(split, Counter())
+        token_report[split] = {
+            "total": counter["total"],
+            "in_vocabulary": counter["in_vocabulary"],
+            "outside_vocabulary": counter["total"] - counter["in_vocabulary"],
+        }
+        if proposal is not None:
+            token_report[split]["of_proposed_terms_left_out"] = counter["of_proposed_terms_left_out"]
+    report: dict[str, Any] = {
+        "organisation": org,
+        "documents": kept,
+        "dropped_no_vocabulary_term": dropped,
+        "tokens": token_report,
+    }
+    if proposal is not None:
+        report["proposed_terms_left_out"] = len(left_out)
+    return bow, report

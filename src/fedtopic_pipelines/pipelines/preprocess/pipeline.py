@@ -1,35 +1,63 @@
-"""Wiring of ``preprocess``: the template instantiated once per organisation."""
+"""Wiring of ``preprocess``: a check of every organisation's size, then the template per organisation."""
 
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.naming import shared
-from fedtopic_pipelines.pipelines.preprocess.nodes import clean_documents
+from fedtopic_pipelines.pipelines.preprocess.nodes import (
+    PREFIX,
+    check_document_counts,
+    clean_documents,
+    count_documents,
+)
+
+CHECK = "organisation_check"
 
 
 def template() -> Pipeline:
     return Pipeline(
         [
+            Node(count_documents, inputs="raw_documents", outputs="document_counts", name="count_documents"),
             Node(
                 clean_documents,
-                inputs=["raw_documents", "params:preprocess"],
+                inputs=["raw_documents", "params:preprocess", CHECK],
                 outputs=["tokens", "term_counts", "preprocess_report"],
                 name="clean_documents",
-            )
+            ),
         ]
     )
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
-    """Tokens and full term counts stay in ``clients.<org>``; only the report crosses."""
+    """Tokens and full term counts stay in ``clients.<org>``; only the document counts (for the
+    check that runs before any cleaning) and the report cross."""
+    check = Pipeline(
+        [
+            Node(
+                check_document_counts,
+                inputs={
+                    "preprocess": "params:preprocess",
+                    "train": "params:train",
+                    "evaluate": "params:evaluate",
+                    **{f"{PREFIX}{o}": shared("document_counts", o) for o in organisations},
+                },
+                outputs=CHECK,
+                name="check_document_counts",
+            )
+        ]
+    )
     return sum(
         (
             Pipeline(
                 template(),
                 namespace=f"clients.{org}",
                 parameters={"preprocess"},
-                outputs={"preprocess_report": shared("preprocess_report", org)},
+                inputs={CHECK: CHECK},
+                outputs={
+                    "document_counts": shared("document_counts", org),
+                    "preprocess_report": shared("preprocess_report", org),
+                },
             )
             for org in organisations
         ),
-        Pipeline([]),
+        check,
     )

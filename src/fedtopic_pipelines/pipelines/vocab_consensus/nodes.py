@@ -10,7 +10,7 @@ import pandas as pd
 from fedtopic_pipelines.core.config import ConsensusConfig, from_mapping
 from fedtopic_pipelines.core.federated.site import Site
 from fedtopic_pipelines.core.ingest.common import ShardedTable
-from fedtopic_pipelines.core.vocab.consensus import BowCorpus, merge_vocabularies
+from fedtopic_pipelines.core.vocab.consensus import BowCorpus, agree_on_vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -25,22 +25,25 @@ def propose_vocabulary(term_counts: dict[str, int], params: dict[str, Any]) -> d
     return Site().propose(term_counts, config)
 
 
-def merge_vocabulary(params: dict[str, Any], **proposals: dict[str, int]) -> pd.DataFrame:
-    """Server: merge the organisations' proposals (keyword arguments, one per organisation)."""
+def merge_vocabulary(params: dict[str, Any], **proposals: dict[str, int]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Server: merge the organisations' proposals (keyword arguments, one per organisation),
+    apply the vocabulary floors, and report what each floor removed (the same function as a
+    Flower federation's vocabulary stage)."""
     config = from_mapping(ConsensusConfig, params, "vocab_consensus")
     for org, proposal in proposals.items():
         logger.info("organisation %s proposes %d terms", org, len(proposal))
-    vocabulary = merge_vocabularies(proposals, config.merge)
-    logger.info("common vocabulary (%s): %d terms", config.merge, len(vocabulary))
-    return vocabulary
+    consensus = agree_on_vocabulary(proposals, config)
+    logger.info("common vocabulary (%s): %d terms", config.merge, len(consensus.vocabulary))
+    return consensus.vocabulary, consensus.report
 
 
 def vectorize_documents(
-    tokens: pd.DataFrame | ShardedTable, vocabulary: pd.DataFrame
+    tokens: pd.DataFrame | ShardedTable, vocabulary: pd.DataFrame, proposal: dict[str, int]
 ) -> tuple[BowCorpus, dict[str, Any]]:
     """Client: its documents as a sparse bag-of-words matrix over the common vocabulary.
 
     Token shards are read one at a time; documents left without any term of the common
-    vocabulary are dropped and counted per split in the report.
+    vocabulary are dropped and counted per split in the report, with the tokens outside the
+    vocabulary and those of its own proposed terms that the consensus left out.
     """
-    return Site().vectorise(tokens, vocabulary["term"].tolist())
+    return Site().vectorise(tokens, vocabulary["term"].tolist(), proposal)

@@ -7,7 +7,8 @@ from fedtopic_pipelines.pipelines.vocab_consensus.nodes import merge_vocabulary,
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
-    """Only ``vocabulary_proposal__<org>`` (top-N terms and counts) crosses to the server."""
+    """Only ``vocabulary_proposal__<org>`` (top-N terms and counts) crosses to the server; the server's
+    ``consensus_report`` says what the floors removed."""
     server = Pipeline(
         [
             Node(
@@ -16,7 +17,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "params": "params:vocab_consensus",
                     **{o: shared("vocabulary_proposal", o) for o in organisations},
                 },
-                outputs="common_vocabulary",
+                outputs=["common_vocabulary", "consensus_report"],
                 name="merge_vocabulary",
             )
         ]
@@ -31,7 +32,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             ),
             Node(
                 vectorize_documents,
-                inputs=["tokens", "vocabulary"],
+                inputs=["tokens", "vocabulary", "vocabulary_proposal"],
                 outputs=["bow", "vectorize_report"],
                 name="vectorize_documents",
             ),
