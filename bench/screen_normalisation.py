@@ -1,9 +1,11 @@
 """Screen normalisation options for federated = pooled training on non-IID organisations.
 
 One synthetic point (``--env``, K' = ``--n-shared``, repetition ``--repetition``), several
-trained models, each scored by DSS and TSS against the ground truth, plus two collapse
-checks: topic diversity (share of distinct terms among the top 25 of every learned topic)
-and how many of the K true topics are the best match of at least one learned topic.
+trained models, each scored by DSS and TSS against the ground truth, plus collapse checks:
+topic diversity (share of distinct terms among the top 25 of every learned topic), how many
+of the K true topics are the best match of at least one learned topic, how many true topics
+some learned topic matches with a Bhattacharyya coefficient >= 0.5, and the effective number
+of topics in use (exp of the entropy of the mean inferred mixture over validation documents).
 
 Variants, ``<scenario>:<normalization>``:
 
@@ -42,6 +44,7 @@ from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, consensus_m
 from fedtopic_pipelines.core.training import train_scenarios
 
 logger = logging.getLogger("screen_normalisation")
+RECOVERED = 0.5  # a true topic counts as recovered when some learned topic's Bhattacharyya coefficient reaches this
 
 
 class SynchronisedStreams:
@@ -87,6 +90,12 @@ def topic_diversity(beta: np.ndarray, top: int = 25) -> float:
     return len(np.unique(tops)) / tops.size
 
 
+def effective_topics(theta: np.ndarray) -> float:
+    """exp of the entropy of the mean mixture: how many topics the documents use, in effect."""
+    usage = theta.mean(axis=0)
+    return float(np.exp(-(usage * np.log(np.maximum(usage, 1e-300))).sum()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("variants", nargs="+", help="<federated|centralized|sync>:<batch|layer|none>")
@@ -102,8 +111,12 @@ def main() -> None:
     logger.setLevel(logging.INFO)
     logger.propagate = False
     logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
-    logger.info("| repetition | variant | steps (best) | DSS | TSS | topic diversity | true topics matched | train s |")
-    logger.info("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    logger.info(
+        "| repetition | variant | steps (best) | DSS | TSS | topic diversity | true topics matched "
+        f"| true topics recovered (BC >= {RECOVERED}) | effective topics in use | train s |"
+    )
+    logger.info("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    truth_logged = False
     for variant in args.variants:
         scenario, normalization = variant.split(":")
         overrides = {"synthetic": {"train": {"model": {"normalization": normalization}}}}
@@ -124,12 +137,17 @@ def main() -> None:
         orgs = list(corpus.organisations)
         theta_true = np.vstack([corpus.organisations[o].theta_validation for o in orgs])
         all_validation = sp.vstack([validation[o] for o in orgs]).tocsr()
+        if not truth_logged:  # the yardstick for "effective topics in use"
+            logger.info("| %d | ground truth | | | | | | | %.1f | |", args.repetition, effective_topics(theta_true))
+            truth_logged = True
         theta = infer_theta(model, all_validation, config.inference_samples, derive_seed(seed, 5000))
         learned = align_topics(model.to_model("cpu").topic_word().double().numpy(), vocabulary, corpus.vocabulary)
         similarity = np.sqrt(learned) @ np.sqrt(corpus.beta).T  # learned x true Bhattacharyya coefficients
         matched = len(np.unique(similarity.argmax(axis=1)))
+        recovered = int((similarity.max(axis=0) >= RECOVERED).sum())
+        effective = effective_topics(theta)
         logger.info(
-            "| %d | %s | %d (best %s) | %.1f | %.3f | %.3f | %d | %.0f |",
+            "| %d | %s | %d (best %s) | %.1f | %.3f | %.3f | %d | %d | %.1f | %.0f |",
             args.repetition,
             variant,
             len(model.history),
@@ -138,6 +156,8 @@ def main() -> None:
             tss(corpus.beta, learned),
             topic_diversity(learned),
             matched,
+            recovered,
+            effective,
             seconds,
         )
 
