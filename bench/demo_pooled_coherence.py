@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ def main() -> None:
     parser.add_argument("--models-dir", type=Path, default=None, help="default: <data>/06_models/trained_models")
     parser.add_argument("--models", nargs="*", default=["federated", "centralized"])
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     terms = pd.read_parquet(args.data / "05_model_input/vocabulary.parquet")["term"].to_numpy()
     texts = pooled_train_texts(args.data / "02_intermediate/tokens")
     dictionary = Dictionary(texts)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 
 import numpy as np
@@ -103,9 +104,12 @@ def main() -> None:
     parser.add_argument("--n-shared", type=int, default=10)
     parser.add_argument("--repetition", type=int, default=0)
     parser.add_argument("--max-epochs", type=int, default=None, help="override train.max_epochs (screening)")
+    parser.add_argument("--smoke", action="store_true", help="smoke environment, K' = 2")
     args = parser.parse_args()
+    if args.smoke:
+        args.env, args.n_shared = "smoke", 2
     project_config(args.env)  # bootstraps the project, which configures logging; then ours
-    handler = logging.StreamHandler()
+    handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
