@@ -82,6 +82,7 @@ NORM_LAYERS = ("mu_bn", "sigma_bn", "beta_bn")
 
 
 def _norm(kind: str, size: int) -> nn.Module:
+    """The normalisation layer ``train.model.normalization`` names (docs/batchnorm.md, section 5)."""
     if kind == "batch":
         return RunningBatchNorm(size)
     return DocumentNorm() if kind == "layer" else NoNorm()
