@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import DEMO_WHEEL, PROJECT
@@ -35,6 +36,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     scripts = {p.name for p in BENCH.glob("*.py") if p.name not in {"common.py", "dumpgen.py", "ctm_runner.py"}}
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
+    tested |= {"screen_normalisation.py", "demo_pooled_coherence.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -78,6 +80,39 @@ def test_bench_synthetic_smoke() -> None:
 def test_diagnose_batchnorm_grouping_smoke() -> None:
     out = run_bench("diagnose_batchnorm_grouping.py", "--smoke")
     assert "| 0 | mixed (as trained) |" in out and "| 0 | sorted by organisation |" in out
+
+
+def test_screen_normalisation_smoke() -> None:
+    out = run_bench("screen_normalisation.py", "--smoke", "federated:layer", "sync:batch")
+    assert "| 0 | ground truth |" in out and "| 0 | federated:layer |" in out and "| 0 | sync:batch |" in out
+
+
+def test_demo_pooled_coherence_on_a_tiny_data_folder(tmp_path: Path) -> None:
+    """The script reads a Kedro data folder: vocabulary, token shards, trained models."""
+    import pandas as pd
+    import scipy.sparse as sp
+
+    from fedtopic_pipelines.core.config import TrainConfig
+    from fedtopic_pipelines.core.model_store import save_models
+    from fedtopic_pipelines.core.training import train_scenarios
+
+    terms = [f"w{j}" for j in range(12)]
+    (tmp_path / "05_model_input").mkdir()
+    pd.DataFrame({"term": terms}).to_parquet(tmp_path / "05_model_input/vocabulary.parquet")
+    rng = np.random.default_rng(0)
+    for org in ("a", "b"):
+        folder = tmp_path / "02_intermediate/tokens" / org
+        folder.mkdir(parents=True)
+        texts = [" ".join(rng.choice(terms, size=8)) for _ in range(10)]
+        pd.DataFrame({"split": ["train"] * 10, "tokens": texts}).to_parquet(folder / "part-00000.parquet")
+    matrices = {org: sp.csr_matrix(rng.poisson(1.0, size=(10, 12)).astype(float)) for org in ("a", "b")}
+    config = TrainConfig.from_params(
+        {"model": {"n_topics": 2, "hidden_sizes": [4]}, "batch_size": 4, "max_steps": 2, "device": "cpu"}
+    )
+    models = train_scenarios(matrices, config.replace(scenarios=("federated", "centralized")), progress=False)
+    save_models(tmp_path / "06_models/trained_models", models)
+    out = run_bench("demo_pooled_coherence.py", "--data", str(tmp_path))
+    assert "| federated | batch |" in out and "| centralized | batch |" in out
 
 
 def test_bench_ingest_smoke(tmp_path: Path) -> None:

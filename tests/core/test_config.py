@@ -58,6 +58,7 @@ PROBES = [
     ({"max_steps": 2.5}, None, "train.max_steps", "integer"),
     ({"max_steps": True}, None, "train.max_steps", "integer"),
     ({"n_topics": 2.5}, "model", "train.model.n_topics", "integer"),
+    ({"normalization": "group"}, "model", "train.model.normalization", "'batch', 'layer' or 'none'"),
     ({"betas": [2, -1]}, "optimizer", "train.optimizer.betas[0]", "less than 1"),
     ({"mlflow_every": "10"}, None, "train.mlflow_every", "integer"),
     ({"run_timeout_s": "1h"}, "flower", "train.flower.run_timeout_s", "number"),

@@ -259,6 +259,11 @@ class ProdLDAConfig(ConfigModel):
     activation: Literal["softplus", "relu"] = "softplus"
     dropout: Fraction = 0.2
     learn_priors: bool = True
+    # How mu, log-sigma and the decoder logits are normalised (docs/batchnorm.md): "batch"
+    # (CTM's affine-free BatchNorm: statistics of each client's batch), "layer" (affine-free
+    # LayerNorm over each document's units: no batch coupling, so federated = pooled on any
+    # batch grouping) or "none".
+    normalization: Literal["batch", "layer", "none"] = "batch"
 
 
 DEFAULT_FAMILY = "prodlda"

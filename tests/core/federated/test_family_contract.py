@@ -63,6 +63,7 @@ class FamilyCase:
     preprocess: dict[str, Any]
     consensus: dict[str, Any]
     concatenated: Callable[[list], Any] | None = None
+    variants: tuple[dict[str, Any], ...] = ()  # model options the exactness check also runs
 
 
 CASES: dict[str, FamilyCase] = {
@@ -79,6 +80,7 @@ CASES: dict[str, FamilyCase] = {
         preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
         consensus={"top_n": 50, "min_count": 0, "merge": "union"},
         concatenated=ConcatenatedStreams,
+        variants=({"normalization": "layer"}, {"normalization": "none"}),
     ),
 }
 
@@ -106,7 +108,11 @@ def test_federated_equals_centralized_on_the_concatenated_batches(case) -> None:
     family = get_family(name)
     if not family.exact_federation:
         pytest.skip(f"family '{name}' does not claim federated = centralized")
-    config = _config(spec)
+    for variant in ({}, *spec.variants):
+        _check_exact_federation(family, spec, _config(spec, model={**spec.train["model"], **variant}))
+
+
+def _check_exact_federation(family, spec: FamilyCase, config: TrainConfig) -> None:
     data = spec.data()
 
     def streams():
@@ -127,7 +133,7 @@ def test_federated_equals_centralized_on_the_concatenated_batches(case) -> None:
 
     fed, central = train(True), train(False)
     worst = max(float((fed[k] - central[k]).abs().max()) for k in fed)
-    assert worst <= 1e-10, worst
+    assert worst <= 1e-10, (config.model, worst)
     start = family.create_model(spec.vocab_size, config, CPU).double().state_dict()
     assert max(float((fed[k] - start[k]).abs().max()) for k in fed) > 1e-3  # the weights did move
 

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
@@ -86,3 +87,35 @@ def test_a_sparse_batch_gives_the_dense_batch_loss_and_gradients() -> None:
     for name in grads_a:
         torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-10, atol=1e-12)
     assert grads_a["hidden.0.weight"].abs().max() > 0  # the input layer did receive a gradient
+
+
+def _encode_decode(model: ProdLDA, bow: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training-mode posterior mean and word distribution (dropout 0, so no randomness)."""
+    mu, _ = model.encode(bow, None, {})
+    return mu, model.decode(torch.softmax(mu, dim=1), {})
+
+
+@pytest.mark.parametrize("normalization", ["layer", "none"])
+def test_batch_independent_normalisation_has_no_batch_coupling(normalization: str) -> None:
+    """Each document's training-mode output is the same alone, in its batch or in another batch,
+    so any grouping of documents into client batches computes the same function."""
+    config = ProdLDAConfig(n_topics=K, hidden_sizes=(16, 16), dropout=0.0, normalization=normalization)
+    model = ProdLDA.create(V, config, seed=3).train()
+    bow = _bow(8)
+    mu, words = _encode_decode(model, bow)
+    for rows in ([0, 1, 2], [5], [7, 3]):
+        part_mu, part_words = _encode_decode(model, bow[rows])
+        torch.testing.assert_close(part_mu, mu[rows])
+        torch.testing.assert_close(part_words, words[rows])
+    assert model.statistics_shapes() == {} and dict(model.named_buffers()).keys() == {"prior_mean"}
+    out = model.loss_on_batch(bow[:1], torch.Generator().manual_seed(1))  # one document is a batch
+    assert out.statistics == {} and out.n == 1
+
+
+def test_batch_norm_couples_the_documents_of_a_batch() -> None:
+    """The property above is not vacuous: under BatchNorm a document's output depends on its batch."""
+    model = ProdLDA.create(V, ProdLDAConfig(n_topics=K, hidden_sizes=(16, 16), dropout=0.0), seed=3).train()
+    bow = _bow(8)
+    mu, _ = _encode_decode(model, bow)
+    part_mu, _ = _encode_decode(model, bow[[0, 1, 2]])
+    assert not torch.allclose(part_mu, mu[[0, 1, 2]], atol=1e-3)

@@ -55,6 +55,39 @@ class RunningBatchNorm(nn.Module):
         self.running_var.mul_(1 - self.momentum).add_(var, alpha=self.momentum)
 
 
+class DocumentNorm(nn.Module):
+    """Affine-free LayerNorm over each document's units (``normalization: layer``).
+
+    Each row is normalised with its own mean and variance, so a document's output never
+    depends on the other documents of its batch: any grouping of documents into client
+    batches computes the same function (docs/batchnorm.md). No statistics, no buffers.
+    """
+
+    def __init__(self, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, stats: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:], eps=self.eps)
+
+
+class NoNorm(nn.Module):
+    """No normalisation (``normalization: none``): the layer's input unchanged."""
+
+    def forward(self, x: torch.Tensor, stats: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
+        return x
+
+
+NORM_LAYERS = ("mu_bn", "sigma_bn", "beta_bn")
+
+
+def _norm(kind: str, size: int) -> nn.Module:
+    """The normalisation layer ``train.model.normalization`` names (docs/batchnorm.md, section 5)."""
+    if kind == "batch":
+        return RunningBatchNorm(size)
+    return DocumentNorm() if kind == "layer" else NoNorm()
+
+
 @dataclass
 class BatchLoss:
     """Mean negative ELBO of one batch, its parts and the batch's BatchNorm statistics."""
@@ -105,13 +138,16 @@ class ProdLDA(nn.Module):
         # No bias before an affine-free BatchNorm: BN subtracts it, so its true gradient
         # is exactly zero and Adam would turn float rounding noise into lr-sized steps
         # (CTM keeps the bias; the function computed is the same). See docs/batchnorm.md.
-        self.f_mu = nn.Linear(sizes[-1], k, bias=False)
-        self.f_sigma = nn.Linear(sizes[-1], k, bias=False)
+        # LayerNorm removes only a bias shared by all units, so there (and without
+        # normalisation) the per-topic bias is a real parameter and is kept.
+        bias = config.normalization != "batch"
+        self.f_mu = nn.Linear(sizes[-1], k, bias=bias)
+        self.f_sigma = nn.Linear(sizes[-1], k, bias=bias)
         # affine=False as in CTM: a learned scale would let the encoder undo the
         # normalisation and collapse the posterior.
-        self.mu_bn = RunningBatchNorm(k)
-        self.sigma_bn = RunningBatchNorm(k)
-        self.beta_bn = RunningBatchNorm(vocab_size)
+        self.mu_bn = _norm(config.normalization, k)
+        self.sigma_bn = _norm(config.normalization, k)
+        self.beta_bn = _norm(config.normalization, vocab_size)
         # The prior mean stays at 0, its optimum: affine-free BN makes the batch mean of
         # mu exactly 0, so d(loss)/d(prior_mean) = prior_mean / prior_var carries no data
         # and Adam would only make it oscillate on rounding noise (docs/batchnorm.md).
@@ -165,7 +201,7 @@ class ProdLDA(nn.Module):
     def loss_on_batch(self, bow: torch.Tensor, generator: torch.Generator | None) -> BatchLoss:
         """Mean negative ELBO of a training batch (dropout and noise drawn from ``generator``)."""
         bow = bow.to(self.beta.dtype)
-        if bow.shape[0] < 2:
+        if bow.shape[0] < 2 and self.config.normalization == "batch":
             raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
         stats: dict[str, torch.Tensor] = {}
         rl, kl = self._negative_elbo(bow, generator, stats)
@@ -191,16 +227,20 @@ class ProdLDA(nn.Module):
     def statistics_shapes(self) -> dict[str, torch.Size]:
         """Names and shapes of the batch statistics a training step returns."""
         shapes = {}
-        for name in ("mu_bn", "sigma_bn", "beta_bn"):
+        for name in self._batch_norms():
             size = getattr(self, name).running_mean.shape
             shapes[f"{name}.mean"] = size
             shapes[f"{name}.var"] = size
         return shapes
 
+    def _batch_norms(self) -> list[str]:
+        """The normalisation layers that keep running statistics (none unless ``batch``)."""
+        return [name for name in NORM_LAYERS if isinstance(getattr(self, name), RunningBatchNorm)]
+
     @torch.no_grad()
     def apply_statistics(self, statistics: dict[str, torch.Tensor]) -> None:
         """Fold aggregated batch statistics into the BatchNorm running estimates."""
-        for name in ("mu_bn", "sigma_bn", "beta_bn"):
+        for name in self._batch_norms():
             getattr(self, name).update(statistics[f"{name}.mean"], statistics[f"{name}.var"])
 
     @contextlib.contextmanager
