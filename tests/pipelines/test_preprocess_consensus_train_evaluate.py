@@ -2,7 +2,10 @@
 
 import math
 
+import numpy as np
 import pytest
+from gensim.corpora import Dictionary
+from gensim.models.coherencemodel import CoherenceModel
 
 from fedtopic_pipelines.core.text.demo import CorpusError
 from fedtopic_pipelines.core.vocab.consensus import EmptyVocabularyError
@@ -19,7 +22,7 @@ TRAIN = {
     "max_steps": 150,
     "mlflow_every": 50,
 }
-EVAL = {"coherence_measures": ["c_npmi"], "top_words": 5, "diversity_top_words": 5}
+EVAL = {"coherence_measures": ["c_npmi", "u_mass"], "top_words": 5, "diversity_top_words": 5}
 
 
 def _raw(tables):
@@ -96,3 +99,34 @@ def test_full_chain_in_memory(tiny_raw_tables) -> None:
     assert len(out["topics"]["federated"]) == 3
     assert out["scenario_comparison"].axes
     assert any(k.startswith("federated.alpha.") for k in out["evaluation_metrics_mlflow"])
+    _check_pooled_coherence(out)
+
+
+def _check_pooled_coherence(out: dict) -> None:
+    """Headline coherence is gensim's on the concatenated texts; only counts of candidates crossed."""
+    metrics, topics = out["metrics"], out["topics"]
+    texts = [t.split() for o in ORGS for t in out[f"clients.{o}.tokens"]["tokens"]]
+    candidates = out["coherence_candidates"]
+    assert set(candidates["words"]) == {w for ts in topics.values() for t in ts for w in t}
+    sent = out["evaluation__beta"]["coherence_counts"]
+    assert set(sent) == {"boolean_document", "sliding_window_10"}
+    assert all(len(c["occurrences"]) == len(candidates["words"]) for c in sent.values())
+    for name in ("federated", "local__alpha"):
+        for measure in ("c_npmi", "u_mass"):
+            model = CoherenceModel(
+                topics=topics[name], texts=texts, dictionary=Dictionary(texts), coherence=measure, processes=1
+            )
+            assert metrics["models"][name][measure] == pytest.approx(model.get_coherence(), abs=1e-9)
+    fed = metrics["scenarios"]["federated"]
+    assert fed["c_npmi"]["kind"] == "pooled" and fed["c_npmi"]["covers"] == ORGS
+    assert fed["c_npmi"]["value"] == metrics["models"]["federated"]["c_npmi"]
+    assert fed["perplexity"]["covers"] == sorted(ORGS)
+    secondary = metrics["models"]["federated"]["organisations"]["beta"]
+    assert "per_organisation.c_npmi" in secondary and "c_npmi" not in secondary
+    local_mean = metrics["scenarios"]["non_collaborative"]["c_npmi"]
+    assert local_mean["kind"] == "mean_of_local_models" and local_mean["n_organisations"] == 3
+    assert local_mean["value"] == pytest.approx(np.mean([metrics["models"][f"local__{o}"]["c_npmi"] for o in ORGS]))
+    headline = out["headline_metrics"]
+    assert set(headline) == {"federated", "centralized", "non_collaborative_local_mean"}
+    assert headline["federated"]["c_npmi"] == fed["c_npmi"]["value"]
+    assert out["evaluation_metrics_mlflow"]["scenario.federated.c_npmi"]["value"] == fed["c_npmi"]["value"]
