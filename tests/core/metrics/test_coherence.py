@@ -7,6 +7,7 @@ import pytest
 from gensim.corpora import Dictionary
 from gensim.models.coherencemodel import CoherenceModel
 
+from fedtopic_pipelines.core.metrics import coherence
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
     CoherenceError,
@@ -128,3 +129,11 @@ def test_coherent_topics_score_higher() -> None:
     for measure in MEASURES:
         result = coherence_by_model(topics, candidates, counts, measure)
         assert result["good"].mean > result["bad"].mean, measure
+
+
+def test_counting_in_chunks_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = _organisations()["a"]
+    candidates = CoherenceCandidates.from_topics(t for ts in _topics().values() for t in ts)
+    whole = counts_to_dict(count_cooccurrences(texts, candidates, CONTEXTS))
+    monkeypatch.setattr(coherence, "_CHUNK_ENTRIES", 7)
+    assert counts_to_dict(count_cooccurrences(texts, candidates, CONTEXTS)) == whole

@@ -37,6 +37,7 @@ from gensim.topic_coherence.text_analysis import BaseAnalyzer
 logger = logging.getLogger(__name__)
 
 DOCUMENT = "boolean_document"
+_CHUNK_ENTRIES = 4_000_000
 Progress = Callable[[Sequence[np.ndarray], str], Iterable[np.ndarray]]
 
 
@@ -189,7 +190,7 @@ def _presence_rows(encoded: Sequence[np.ndarray], n_words: int) -> sp.csr_matrix
     rows = [np.unique(ids[ids >= 0]) for ids in encoded]
     indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
     indices = np.concatenate(rows) if rows else np.array([], dtype=np.int64)
-    data = np.ones(len(indices), dtype=np.float64)
+    data = np.ones(len(indices), dtype=np.int64)
     return sp.csr_matrix((data, indices, indptr), shape=(len(encoded), n_words))
 
 
@@ -200,27 +201,27 @@ def _gensim_window_sets(ids: np.ndarray, window: int) -> tuple[np.ndarray, np.nd
     the token that left and adds the token that entered (in that order). So a word is in
     window k's set iff its latest event at or before step k is an entry: an occurrence at
     position q enters at step max(0, q - window + 1) and leaves at step q + 1. Events are
-    ranked 2 * step (+1 for an entry), the running maximum over steps gives the latest.
+    ranked 2 * step (+1 for an entry); the running maximum over steps gives the latest.
     Returns the candidate indices present in the text and a (windows x those) boolean matrix.
     """
     n_windows = len(ids) - window + 1
     positions = np.flatnonzero(ids >= 0)
     words, column = np.unique(ids[positions], return_inverse=True)
     latest = np.full((n_windows, len(words)), -2, dtype=np.int64)
-    enter = np.maximum(positions - window + 1, 0)
-    np.maximum.at(latest, (enter, column), 2 * enter + 1)
     leave = positions + 1
     inside = leave < n_windows
-    np.maximum.at(latest, (leave[inside], column[inside]), 2 * leave[inside])
+    latest[leave[inside], column[inside]] = 2 * leave[inside]
+    # Entries after leaves: an entry outranks a leave at the same step; repeated cells (step 0) share one value.
+    enter = np.maximum(positions - window + 1, 0)
+    latest[enter, column] = 2 * enter + 1
     np.maximum.accumulate(latest, axis=0, out=latest)
     return words, (latest & 1).astype(bool)
 
 
-def _gather(matrix: sp.spmatrix | np.ndarray, pairs: np.ndarray) -> np.ndarray:
+def _gather(matrix: sp.csr_matrix, pairs: np.ndarray) -> np.ndarray:
     if not len(pairs):
         return np.zeros(0, dtype=np.int64)
-    values = matrix[pairs[:, 0], pairs[:, 1]]
-    return np.rint(np.asarray(values, dtype=np.float64)).astype(np.int64).ravel()
+    return np.asarray(matrix[pairs[:, 0], pairs[:, 1]], dtype=np.int64).ravel()
 
 
 def _count_context(
@@ -228,29 +229,39 @@ def _count_context(
 ) -> CooccurrenceCounts:
     n_words = len(candidates.words)
     # A text no longer than the window is one window holding all its words (gensim: ignore_below_size=False);
-    # for documents (u_mass) every text is one context. Both are counted by one sparse product.
+    # for documents (u_mass) every text is one context. Both are rows of one presence matrix.
     short = [ids for ids in encoded if window is None or len(ids) <= window]
     long_texts = [] if window is None else [ids for ids in encoded if len(ids) > window]
-    rows = _presence_rows(short, n_words)
-    occurrences = np.asarray(rows.sum(axis=0), dtype=np.float64).ravel()
-    products = (rows.T @ rows).tocsr()
-    co_occurrences = _gather(products, candidates.pairs).astype(np.float64)
+    blocks = [_presence_rows(short, n_words)]
     n_contexts = len(short)
-    if long_texts:
-        # Dense per-text block products, summed into a candidate x candidate matrix.
-        total = np.zeros((n_words, n_words), dtype=np.float64)
-        for ids in progress(long_texts, f"windows of {window}"):
-            n_contexts += len(ids) - window + 1
-            words, present = _gensim_window_sets(ids, window)
-            if not len(words):
-                continue
-            block = present.astype(np.float32)
-            occurrences[words] += block.sum(axis=0, dtype=np.float64)
-            total[np.ix_(words, words)] += block.T @ block  # exact: per-text counts stay far below 2**24
-        co_occurrences += _gather(total, candidates.pairs)
-    return CooccurrenceCounts(
-        n_contexts, np.rint(occurrences).astype(np.int64), np.rint(co_occurrences).astype(np.int64)
-    )
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    n_rows = n_entries = 0
+    for ids in progress(long_texts, f"windows of {window}"):
+        n_windows = len(ids) - window + 1
+        words, present = _gensim_window_sets(ids, window)
+        r, c = np.nonzero(present)
+        rows.append(r + n_rows)
+        cols.append(words[c])
+        n_rows += n_windows
+        n_contexts += n_windows
+        n_entries += len(r)
+        if n_entries > _CHUNK_ENTRIES:  # bound memory: one sparse block per few million entries
+            blocks.append(_sparse_rows(rows, cols, n_rows, n_words))
+            rows, cols, n_rows, n_entries = [], [], 0, 0
+    if rows:
+        blocks.append(_sparse_rows(rows, cols, n_rows, n_words))
+    occurrences = np.zeros(n_words, dtype=np.int64)
+    co_occurrences = np.zeros(len(candidates.pairs), dtype=np.int64)
+    for block in blocks:  # window x candidate 0/1 matrices: co-occurrences are one sparse product each
+        occurrences += np.asarray(block.sum(axis=0), dtype=np.int64).ravel()
+        co_occurrences += _gather((block.T @ block).tocsr(), candidates.pairs)
+    return CooccurrenceCounts(n_contexts, occurrences, co_occurrences)
+
+
+def _sparse_rows(rows: list[np.ndarray], cols: list[np.ndarray], n_rows: int, n_words: int) -> sp.csr_matrix:
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    return sp.csr_matrix((np.ones(len(r), dtype=np.int64), (r, c)), shape=(n_rows, n_words))
 
 
 def count_cooccurrences(
