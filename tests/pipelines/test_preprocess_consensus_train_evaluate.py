@@ -120,7 +120,7 @@ def _check_pooled_coherence(out: dict) -> None:
     fed = metrics["scenarios"]["federated"]
     assert fed["c_npmi"]["kind"] == "pooled" and fed["c_npmi"]["covers"] == ORGS
     assert fed["c_npmi"]["value"] == metrics["models"]["federated"]["c_npmi"]
-    assert fed["perplexity"]["covers"] == sorted(ORGS)
+    assert fed["perplexity"]["covers"] == ORGS and fed["perplexity"]["kind"] == "mean"
     secondary = metrics["models"]["federated"]["organisations"]["beta"]
     assert "per_organisation.c_npmi" in secondary and "c_npmi" not in secondary
     local_mean = metrics["scenarios"]["non_collaborative"]["c_npmi"]
@@ -130,3 +130,24 @@ def _check_pooled_coherence(out: dict) -> None:
     assert set(headline) == {"federated", "centralized", "non_collaborative_local_mean"}
     assert headline["federated"]["c_npmi"] == fed["c_npmi"]["value"]
     assert out["evaluation_metrics_mlflow"]["scenario.federated.c_npmi"]["value"] == fed["c_npmi"]["value"]
+
+
+def test_a_scenario_mean_over_a_subset_says_so() -> None:
+    from fedtopic_pipelines.pipelines.evaluate.nodes import _mean_over, headline_metrics
+
+    full = _mean_over({"alpha": 1.0, "beta": 3.0, "gamma": 2.0})
+    assert full == {"value": 2.0, "kind": "mean", "covers": ORGS, "n_organisations": 3, "left_out": []}
+    subset = _mean_over({"alpha": 1.0, "beta": None, "gamma": float("nan")})
+    assert subset["kind"] == "mean_over_subset" and subset["value"] == 1.0
+    assert subset["covers"] == ["alpha"] and subset["left_out"] == ["beta", "gamma"]
+    pooled = {"value": 0.1, "kind": "pooled", "covers": ORGS, "n_organisations": 3, "left_out": []}
+    scenarios = {"federated": {"c_npmi": pooled, "perplexity": full, "macro_f1": subset}}
+    assert headline_metrics(scenarios) == {
+        "federated": {
+            "c_npmi": 0.1,
+            "perplexity_mean": 2.0,
+            "perplexity_n_organisations": 3,
+            "macro_f1_mean": 1.0,
+            "macro_f1_n_organisations": 1,
+        }
+    }

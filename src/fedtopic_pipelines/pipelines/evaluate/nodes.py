@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -44,6 +45,7 @@ from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 logger = logging.getLogger(__name__)
 
+_MAX_NOTES = 14
 PER_ORG = "per_organisation."  # prefix of the secondary coherence, on one organisation's texts alone
 HEADLINE_SCENARIOS = {
     "federated": "federated",
@@ -127,11 +129,11 @@ def _finite(value: float | None) -> float | None:
 def _mean_over(values: Mapping[str, float | None]) -> dict[str, Any]:
     """A mean that says what it covers: the labels with a value, and those left out (no value)."""
     covered = {k: v for k, v in values.items() if _finite(v) is not None}
-    left_out = sorted(set(values) - set(covered))
+    left_out = [k for k in values if k not in covered]
     return {
         "value": float(np.mean(list(covered.values()))) if covered else None,
         "kind": "mean_over_subset" if left_out else "mean",
-        "covers": sorted(covered),
+        "covers": list(covered),
         "n_organisations": len(covered),
         "left_out": left_out,
     }
@@ -290,8 +292,14 @@ def _mlflow(per_model: Mapping[str, Any], scenarios: Mapping[str, Any]) -> dict[
         for key, value in entry.items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 flat[f"{name}.{key}"] = value
-        for org, values in entry["organisations"].items():
-            flat.update({f"{name}.{org}.{m}": v for m, v in values.items() if v is not None})
+        for org, values in entry["organisations"].items():  # undefined-topic counts stay in metrics.json only
+            flat.update(
+                {
+                    f"{name}.{org}.{m}": v
+                    for m, v in values.items()
+                    if v is not None and not m.endswith("_undefined_topics")
+                }
+            )
     for s, values in scenarios.items():
         for m, v in values.items():
             if v["value"] is not None:
@@ -300,10 +308,9 @@ def _mlflow(per_model: Mapping[str, Any], scenarios: Mapping[str, Any]) -> dict[
     return {k: {"value": float(v), "step": 0} for k, v in flat.items() if math.isfinite(float(v))}
 
 
-def _covers_label(entry: Mapping[str, Any], total: int) -> str:
-    if entry["left_out"]:
-        return f"{entry['n_organisations']} of {total}, without {', '.join(entry['left_out'])}"
-    return f"all {entry['n_organisations']}"
+def _covers_label(entry: Mapping[str, Any]) -> str:
+    total = entry["n_organisations"] + len(entry["left_out"])
+    return f"{entry['n_organisations']} of {total}, without {', '.join(entry['left_out'])}"
 
 
 def comparison_figure(
@@ -325,9 +332,9 @@ def comparison_figure(
         values = [scenarios[s][metric]["value"] for s in names]
         ax.bar(range(len(names)), [v if v is not None else 0.0 for v in values], color=colours[: len(names)])
         ticks = [
-            f"{s}\n(pooled, {len(organisations)} orgs)"
+            f"{s}\npooled, {len(organisations)} orgs"
             if scenarios[s][metric]["kind"] == "pooled"
-            else f"{s}\n(mean of {scenarios[s][metric]['n_organisations']} local models)"
+            else f"non-collab.\nmean of {scenarios[s][metric]['n_organisations']}\nlocal models"
             for s in names
         ]
         ax.set_xticks(range(len(names)), ticks, fontsize=7)
@@ -372,7 +379,7 @@ def comparison_figure(
             heights = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
             ax.bar(x + i * width, heights, width, label=label, color=colours[i])
             if mean and mean["left_out"]:
-                covers_notes.append(f"{metric}, {scenario}: mean over {_covers_label(mean, len(organisations))}")
+                covers_notes.append(f"{metric}, {scenario}: mean over {_covers_label(mean)}")
         ax.set_xticks(
             x + width * (len(series) - 1) / 2,
             [*organisations, "scenario mean\n(orgs with a value)"],
@@ -386,27 +393,23 @@ def comparison_figure(
     legend.axis("off")
     legend.legend(
         *axes[len(pooled_panels)].get_legend_handles_labels(),
-        loc="upper center",
+        loc="center",
         fontsize=8,
         title="model scored on the organisation",
         title_fontsize=8,
     )
-    notes = covers_notes or ["every scenario mean covers all organisations"]
-    legend.text(
-        0.0,
-        0.0,
-        "Scenario means cover:\n" + "\n".join(notes[:12]),
-        fontsize=6,
-        va="bottom",
-        transform=legend.transAxes,
-        wrap=True,
-    )
     for ax in axes[n_panels:]:
         ax.axis("off")
+    shown = covers_notes[:_MAX_NOTES] or ["every scenario mean covers all organisations"]
+    if len(covers_notes) > _MAX_NOTES:
+        shown.append(f"... and {len(covers_notes) - _MAX_NOTES} more in metrics.json (scenarios.<s>.<metric>.covers)")
+    notes = "Scenario means over a subset of organisations:\n" + "\n".join(textwrap.shorten(n, 180) for n in shown)
+    bottom = 0.02 + 0.016 * (len(shown) + 1)
+    fig.text(0.01, 0.005, notes, fontsize=6.5, va="bottom", ha="left")
     fig.suptitle(
         "ProdLDA: pooled coherence (exact, all organisations' texts) and per-organisation scores; "
         "federated vs centralized vs non-collaborative",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
