@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from gensim.corpora import Dictionary
+from gensim.models.coherencemodel import CoherenceModel
 
 from fedtopic_pipelines.core.text.demo import CorpusError
 from fedtopic_pipelines.core.vocab.consensus import EmptyVocabularyError
@@ -21,7 +23,7 @@ TRAIN = {
     "max_steps": 150,
     "mlflow_every": 50,
 }
-EVAL = {"coherence_measures": ["c_npmi"], "top_words": 5, "diversity_top_words": 5}
+EVAL = {"coherence_measures": ["c_npmi", "u_mass"], "top_words": 5, "diversity_top_words": 5}
 
 
 def _raw(tables):
@@ -125,6 +127,58 @@ def test_full_chain_in_memory(tiny_raw_tables) -> None:
     assert len(out["topics"]["federated"]) == 3
     assert out["scenario_comparison"].axes
     assert any(k.startswith("federated.alpha.") for k in out["evaluation_metrics_mlflow"])
+    _check_pooled_coherence(out)
+
+
+def _check_pooled_coherence(out: dict) -> None:
+    """Headline coherence is gensim's on the concatenated texts; only counts of candidates crossed."""
+    metrics, topics = out["metrics"], out["topics"]
+    texts = [t.split() for o in ORGS for t in out[f"clients.{o}.tokens"]["tokens"]]
+    candidates = out["coherence_candidates"]
+    assert set(candidates["words"]) == {w for ts in topics.values() for t in ts for w in t}
+    sent = out["evaluation__beta"]["coherence_counts"]
+    assert set(sent) == {"boolean_document", "sliding_window_10"}
+    assert all(len(c["occurrences"]) == len(candidates["words"]) for c in sent.values())
+    for name in ("federated", "local__alpha"):
+        for measure in ("c_npmi", "u_mass"):
+            model = CoherenceModel(
+                topics=topics[name], texts=texts, dictionary=Dictionary(texts), coherence=measure, processes=1
+            )
+            assert metrics["models"][name][measure] == pytest.approx(model.get_coherence(), abs=1e-9)
+    fed = metrics["scenarios"]["federated"]
+    assert fed["c_npmi"]["kind"] == "pooled" and fed["c_npmi"]["covers"] == ORGS
+    assert fed["c_npmi"]["value"] == metrics["models"]["federated"]["c_npmi"]
+    assert fed["perplexity"]["covers"] == ORGS and fed["perplexity"]["kind"] == "mean"
+    secondary = metrics["models"]["federated"]["organisations"]["beta"]
+    assert "per_organisation.c_npmi" in secondary and "c_npmi" not in secondary
+    local_mean = metrics["scenarios"]["non_collaborative"]["c_npmi"]
+    assert local_mean["kind"] == "mean_of_local_models" and local_mean["n_organisations"] == 3
+    assert local_mean["value"] == pytest.approx(np.mean([metrics["models"][f"local__{o}"]["c_npmi"] for o in ORGS]))
+    headline = out["headline_metrics"]
+    assert set(headline) == {"federated", "centralized", "non_collaborative_local_mean"}
+    assert headline["federated"]["c_npmi"] == fed["c_npmi"]["value"]
+    assert out["evaluation_metrics_mlflow"]["scenario.federated.c_npmi"]["value"] == fed["c_npmi"]["value"]
+
+
+def test_a_scenario_mean_over_a_subset_says_so() -> None:
+    from fedtopic_pipelines.pipelines.evaluate.nodes import _mean_over, headline_metrics
+
+    full = _mean_over({"alpha": 1.0, "beta": 3.0, "gamma": 2.0})
+    assert full == {"value": 2.0, "kind": "mean", "covers": ORGS, "n_organisations": 3, "left_out": []}
+    subset = _mean_over({"alpha": 1.0, "beta": None, "gamma": float("nan")})
+    assert subset["kind"] == "mean_over_subset" and subset["value"] == 1.0
+    assert subset["covers"] == ["alpha"] and subset["left_out"] == ["beta", "gamma"]
+    pooled = {"value": 0.1, "kind": "pooled", "covers": ORGS, "n_organisations": 3, "left_out": []}
+    scenarios = {"federated": {"c_npmi": pooled, "perplexity": full, "macro_f1": subset}}
+    assert headline_metrics(scenarios) == {
+        "federated": {
+            "c_npmi": 0.1,
+            "perplexity_mean": 2.0,
+            "perplexity_n_organisations": 3,
+            "macro_f1_mean": 1.0,
+            "macro_f1_n_organisations": 1,
+        }
+    }
 
 
 # A user's own small corpus: S2ORC-like fields of 5-11 training documents ----------------

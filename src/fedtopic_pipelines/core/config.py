@@ -383,15 +383,20 @@ class TrainConfig(ConfigModel):
 
 # Evaluation ---------------------------------------------------------------------------
 class EvaluateConfig(ConfigModel):
-    """Evaluation settings (coherence, diversity, classification)."""
+    """Evaluation settings (coherence, diversity, classification).
+
+    ``top_words`` words of every topic are the coherence candidates each organisation counts.
+    """
 
     block: ClassVar[str] = "evaluate"
 
     top_words: Annotated[int, Field(ge=2)] = 10
     diversity_top_words: PositiveInt = 25
+    # Exact coherence on the virtual pooled corpus (summed per-organisation counts; docs/evaluation.md).
     coherence_measures: Annotated[tuple[Literal["c_npmi", "c_v", "u_mass", "c_uci"], ...], Field(min_length=1)] = (
         "c_npmi",
         "c_v",
+        "u_mass",
     )
     svm_test_size: OpenFraction = 0.2
     svm_c: PositiveFloat = 1.0

@@ -1,44 +1,18 @@
 import numpy as np
-import pytest
 import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig, TrainConfig
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
-from fedtopic_pipelines.core.metrics.coherence import coherence_by_model
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity, split_tokens
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
 from fedtopic_pipelines.core.training import train_scenarios
-
-TEXTS = [
-    ["apple", "banana", "fruit"],
-    ["apple", "fruit", "juice"],
-    ["car", "engine", "wheel"],
-    ["car", "wheel", "road"],
-] * 5
 
 
 def test_top_words_and_diversity() -> None:
     topics = top_words(np.array([[0.1, 0.7, 0.2], [0.5, 0.4, 0.1]]), ["a", "b", "c"], 2)
     assert topics == [["b", "c"], ["a", "b"]]
     assert topic_diversity(topics) == 0.75
-
-
-def test_coherent_topics_score_higher_and_unseen_words_lower_coverage() -> None:
-    ranked = {
-        "good": [["apple", "fruit", "banana", "zzz"], ["car", "wheel", "engine", "qqq"]],
-        "bad": [["apple", "car", "unseen", "road"], ["fruit", "road", "engine", "x"]],
-    }
-    for measure in ("c_npmi", "c_v"):
-        result = coherence_by_model(ranked, TEXTS, measure, topn=3)
-        assert result["good"].mean > result["bad"].mean
-        assert result["good"].coverage == 1.0 and result["bad"].coverage == pytest.approx(5 / 6)
-        assert np.isfinite(result["bad"].mean)
-
-
-def test_a_topic_with_too_few_seen_words_is_counted_not_averaged() -> None:
-    result = coherence_by_model({"m": [["apple", "fruit", "banana"], ["nope", "none", "car"]]}, TEXTS, "c_npmi", 3)
-    assert result["m"].undefined_topics == 1
 
 
 def test_svm_macro_f1_protocol() -> None:

@@ -1,14 +1,18 @@
 """Nodes of ``evaluate``.
 
-Each organisation evaluates every model on its own texts and held-out documents and sends
-back only scores; the server adds what needs no private data (topics, diversity) and
-writes the comparison.
+The server lists the candidate words of every model's topics; each organisation sends back
+its scores (perplexity, macro-F1) and the co-occurrence counts of those candidates only;
+the server sums the counts into the exact coherence on the virtual pooled corpus (the
+headline), keeps each organisation's own counts for a secondary per-organisation view,
+and writes the comparison.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import matplotlib
@@ -23,7 +27,17 @@ from tqdm.auto import tqdm
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.ingest.common import ShardedTable, as_frame
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
-from fedtopic_pipelines.core.metrics.coherence import coherence_by_model
+from fedtopic_pipelines.core.metrics.coherence import (
+    CoherenceCandidates,
+    CoherenceError,
+    CoherenceResult,
+    coherence_by_model,
+    context_of,
+    count_cooccurrences,
+    counts_from_dict,
+    counts_to_dict,
+    sum_counts,
+)
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.model_store import TrainedModel
@@ -31,41 +45,62 @@ from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 logger = logging.getLogger(__name__)
 
-METRICS = ("c_npmi", "c_v", "topic_coverage", "perplexity", "macro_f1")
-# Ranked words per topic handed to coherence, so words an organisation never wrote can be skipped.
-RANKED_WORDS = 200
+_MAX_NOTES = 14
+PER_ORG = "per_organisation."  # prefix of the secondary coherence, on one organisation's texts alone
+HEADLINE_SCENARIOS = {
+    "federated": "federated",
+    "centralized": "centralized",
+    "non_collaborative": "non_collaborative_local_mean",
+}
 
 
-def model_topics(models: dict[str, TrainedModel], vocabulary: pd.DataFrame, n: int) -> dict[str, list[list[str]]]:
+def model_topics(models: Mapping[str, TrainedModel], vocabulary: pd.DataFrame, n: int) -> dict[str, list[list[str]]]:
     """Top-``n`` words of every topic of every model."""
     terms = vocabulary["term"].tolist()
     return {name: top_words(m.to_model().topic_word().numpy(), terms, n) for name, m in models.items()}
 
 
+def select_coherence_candidates(
+    models: dict[str, TrainedModel], vocabulary: pd.DataFrame, params: dict[str, Any]
+) -> dict[str, Any]:
+    """What the server asks every organisation to count: the top words of every topic of every
+    model, and the pairs of them that share a topic (no text, no other word)."""
+    config = from_mapping(EvaluateConfig, params, "evaluate")
+    topics = model_topics(models, vocabulary, config.top_words)
+    candidates = CoherenceCandidates.from_topics(t for ts in topics.values() for t in ts)
+    logger.info(
+        "coherence candidates: %d words, %d within-topic pairs, from %d models",
+        len(candidates.words),
+        len(candidates.pairs),
+        len(models),
+    )
+    return candidates.to_dict()
+
+
 def evaluate_organisation(
     models: dict[str, TrainedModel],
-    vocabulary: pd.DataFrame,
     tokens: pd.DataFrame | ShardedTable,
     bow: BowCorpus,
+    candidates: dict[str, Any],
     params: dict[str, Any],
 ) -> dict[str, Any]:
-    """Score every model on this organisation: coherence on its texts, perplexity and
-    SVM macro-F1 on its held-out documents.
+    """Score every model on this organisation (perplexity and SVM macro-F1 on its held-out
+    documents) and count the candidate words and pairs in its texts, once per context kind.
 
-    Coherence needs the organisation's texts as one reference corpus, so the token
-    shards are read whole here (only the organisation, tokens and label columns).
+    The token shards are read whole (only the organisation, tokens and label columns): the
+    counts need every document of the organisation.
     """
     config = from_mapping(EvaluateConfig, params, "evaluate")
     tokens = as_frame(tokens)
     org = str(tokens["organisation"].iloc[0])
-    ranked = model_topics(models, vocabulary, RANKED_WORDS)
     texts = [t.split() for t in tokens["tokens"]]
+    contexts = sorted({context_of(m) for m in config.coherence_measures})
+
+    def progress(items: Sequence[np.ndarray], description: str) -> Iterable[np.ndarray]:
+        return tqdm(items, desc=f"co-occurrences {org}, {description}", leave=False)
+
+    counts = count_cooccurrences(texts, CoherenceCandidates.from_dict(candidates), contexts, progress)
     scores: dict[str, dict[str, float | None]] = {name: {} for name in models}
-    for measure in tqdm(config.coherence_measures, desc=f"coherence {org}", leave=False):
-        for name, result in coherence_by_model(ranked, texts, measure, config.top_words).items():
-            scores[name][measure] = result.mean if math.isfinite(result.mean) else None  # JSON has no NaN
-            scores[name][f"{measure}_undefined_topics"] = result.undefined_topics
-            scores[name]["topic_coverage"] = result.coverage
     test = bow.subset("test")
     if len(test) == 0:
         logger.warning("organisation %s has no held-out documents: perplexity and F1 left out", org)
@@ -78,117 +113,303 @@ def evaluate_organisation(
             scores[name]["macro_f1"] = svm_macro_f1(theta, test.labels, config.svm_test_size, config.svm_c, config.seed)
         else:
             scores[name]["macro_f1"] = None
-    return {"organisation": org, "n_test_documents": len(test), "n_texts": len(texts), "models": scores}
+    return {
+        "organisation": org,
+        "n_test_documents": len(test),
+        "n_texts": len(texts),
+        "models": scores,
+        "coherence_counts": counts_to_dict(counts),
+    }
 
 
-def _mean(values: list[float | None]) -> float | None:
-    clean = [v for v in values if v is not None and not math.isnan(v)]
-    return float(np.mean(clean)) if clean else None
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _mean_over(values: Mapping[str, float | None]) -> dict[str, Any]:
+    """A mean that says what it covers: the labels with a value, and those left out (no value)."""
+    covered = {k: v for k, v in values.items() if _finite(v) is not None}
+    left_out = [k for k in values if k not in covered]
+    return {
+        "value": float(np.mean(list(covered.values()))) if covered else None,
+        "kind": "mean_over_subset" if left_out else "mean",
+        "covers": list(covered),
+        "n_organisations": len(covered),
+        "left_out": left_out,
+    }
+
+
+def _per_org_coherence(result: CoherenceResult) -> dict[str, float | int | None]:
+    return {"value": _finite(result.mean), "undefined_topics": result.undefined_topics, "coverage": result.coverage}
 
 
 def summarise(
     models: dict[str, TrainedModel],
     vocabulary: pd.DataFrame,
     organisations: list[str],
+    candidates: dict[str, Any],
     params: dict[str, Any],
     **evaluations: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, Any], plt.Figure, dict[str, Any]]:
-    """Merge the organisations' scores into metrics.json, the topic lists, a figure and MLflow metrics.
-
-    Scenario summaries average over organisations; for ``non_collaborative`` each
-    organisation's own model is scored on its own data (``non_collaborative``) and on
-    the other organisations' data (``non_collaborative_on_others``).
-    """
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], plt.Figure, dict[str, Any]]:
+    """Sum the organisations' counts into the pooled coherence of every model, merge their scores,
+    and write metrics.json, the flat headline metrics, the topic lists, a figure and MLflow metrics."""
     config = from_mapping(EvaluateConfig, params, "evaluate")
+    measures = list(config.coherence_measures)
     topics = model_topics(models, vocabulary, config.top_words)
+    chosen = CoherenceCandidates.from_dict(candidates)
+    if chosen != CoherenceCandidates.from_topics(t for ts in topics.values() for t in ts):
+        raise CoherenceError(
+            "summarise_evaluation: coherence_candidates do not match the trained models' top words; "
+            "run the evaluate pipeline whole (the models changed after the candidates were chosen)"
+        )
+    counts = {org: counts_from_dict(evaluations[org]["coherence_counts"], chosen) for org in organisations}
+    pooled_counts = sum_counts(counts.values())
+    pooled = {m: coherence_by_model(topics, chosen, pooled_counts, m) for m in measures}
+    by_org = {org: {m: coherence_by_model(topics, chosen, counts[org], m) for m in measures} for org in organisations}
     diversity_topics = model_topics(models, vocabulary, config.diversity_top_words)
+
     per_model: dict[str, Any] = {}
     for name, trained in models.items():
-        by_org = {org: evaluations[org]["models"][name] for org in organisations}
-        per_model[name] = {
+        entry: dict[str, Any] = {
             "scenario": trained.scenario,
             "trained_on": trained.organisations,
             "steps": len(trained.history),
             "topic_diversity": topic_diversity(diversity_topics[name]),
-            "organisations": by_org,
-            "mean": {m: _mean([by_org[o].get(m) for o in organisations]) for m in METRICS},
         }
+        for m in measures:
+            entry[m] = _finite(pooled[m][name].mean)
+            entry[f"{m}_undefined_topics"] = pooled[m][name].undefined_topics
+        entry["organisations"] = {}
+        for org in organisations:
+            scores = dict(evaluations[org]["models"][name])
+            scores["topic_coverage"] = by_org[org][measures[0]][name].coverage
+            for m in measures:
+                result = by_org[org][m][name]
+                scores[PER_ORG + m] = _finite(result.mean)
+                scores[f"{PER_ORG}{m}_undefined_topics"] = result.undefined_topics
+            entry["organisations"][org] = scores
+        per_model[name] = entry
+
+    org_metrics = ["perplexity", "macro_f1", "topic_coverage", *(PER_ORG + m for m in measures)]
+    model_metrics = [*measures, "topic_diversity"]
     scenarios: dict[str, Any] = {}
     for name in ("federated", "centralized"):
         if name in per_model:
-            scenarios[name] = {**per_model[name]["mean"], "topic_diversity": per_model[name]["topic_diversity"]}
-    local = {org: per_model.get(f"local__{org}") for org in organisations}
-    if all(local.values()):
-        own = {m: _mean([local[o]["organisations"][o].get(m) for o in organisations]) for m in METRICS}
-        others = {
-            m: _mean([local[o]["organisations"][p].get(m) for o in organisations for p in organisations if p != o])
-            for m in METRICS
+            scenario: dict[str, Any] = {
+                m: {
+                    "value": per_model[name][m],
+                    "kind": "pooled",
+                    "covers": list(organisations),
+                    "n_organisations": len(organisations),
+                    "left_out": [],
+                }
+                for m in model_metrics
+            }
+            for m in org_metrics:
+                scenario[m] = _mean_over({o: per_model[name]["organisations"][o].get(m) for o in organisations})
+            scenarios[name] = scenario
+    local = {org: per_model[f"local__{org}"] for org in organisations if f"local__{org}" in per_model}
+    if local:
+        own = {m: _mean_over({o: local[o][m] for o in local}) for m in model_metrics}
+        for m in model_metrics:
+            own[m]["kind"] = "mean_of_local_models" + ("_subset" if own[m]["left_out"] else "")
+        for m in org_metrics:
+            own[m] = _mean_over({o: local[o]["organisations"][o].get(m) for o in local})
+        scenarios["non_collaborative"] = own
+        scenarios["non_collaborative_on_others"] = {
+            m: _mean_over(
+                {
+                    f"local__{o} on {p}": local[o]["organisations"][p].get(m)
+                    for o in local
+                    for p in organisations
+                    if p != o
+                }
+            )
+            for m in org_metrics
         }
-        scenarios["non_collaborative"] = {
-            **own,
-            "topic_diversity": _mean([local[o]["topic_diversity"] for o in organisations]),
-        }
-        scenarios["non_collaborative_on_others"] = others
     metrics = {
+        "definitions": DEFINITIONS,
+        "organisations": list(organisations),
+        "coherence_candidates": {"words": len(chosen.words), "pairs": len(chosen.pairs)},
         "scenarios": scenarios,
         "models": per_model,
         "n_test_documents": {org: evaluations[org]["n_test_documents"] for org in organisations},
+        "n_texts": {org: evaluations[org]["n_texts"] for org in organisations},
         "vocabulary_size": len(vocabulary),
     }
-    mlflow_metrics = {
-        f"{name}.{org}.{m}": {"value": float(v), "step": 0}
-        for name, entry in per_model.items()
-        for org, vals in entry["organisations"].items()
-        for m, v in vals.items()
-        if v is not None and not math.isnan(v)
-    }
-    mlflow_metrics.update(
-        {
-            f"scenario.{s}.{m}": {"value": float(v), "step": 0}
-            for s, vals in scenarios.items()
-            for m, v in vals.items()
-            if v is not None and not math.isnan(v)
-        }
+    headline = headline_metrics(scenarios)
+    return (
+        metrics,
+        headline,
+        topics,
+        comparison_figure(per_model, scenarios, organisations, measures),
+        _mlflow(per_model, scenarios),
     )
-    return metrics, topics, comparison_figure(per_model, organisations), mlflow_metrics
 
 
-def comparison_figure(per_model: dict[str, Any], organisations: list[str]) -> plt.Figure:
-    """Per organisation and metric: federated vs centralized vs its own model vs the others' models."""
-    fig, grid = plt.subplots(2, 3, figsize=(14, 8))
-    axes = grid.ravel()
+DEFINITIONS = {
+    "c_npmi, c_v, u_mass (of a model)": "pooled: gensim's measure on the virtual pooled corpus of every organisation's "
+    "texts, from summed co-occurrence counts (equal to gensim on the concatenated texts)",
+    "per_organisation.<measure>": "secondary: the same measure on one organisation's texts alone; topics with a word "
+    "the organisation never wrote are undefined, left out of its mean and counted in <measure>_undefined_topics",
+    "topic_coverage": "share of a topic's top words that occur in the organisation's texts, mean over topics",
+    "scenarios.<s>.<metric>": "value with what it covers: kind pooled (one model, all organisations' texts), "
+    "mean (over every organisation), mean_over_subset (organisations without a value are listed in left_out), "
+    "mean_of_local_models (non_collaborative: the mean over organisations of each local model's pooled value)",
+    "non_collaborative": "each organisation's own model: pooled metrics averaged over the local models; "
+    "per-organisation metrics of each local model on its own organisation",
+    "non_collaborative_on_others": "each local model on every other organisation (per-organisation metrics only)",
+}
+
+
+def headline_metrics(scenarios: Mapping[str, Any]) -> dict[str, dict[str, float | int | None]]:
+    """A flat few dozen numbers for ``dvc metrics show``: scenario -> metric -> value.
+
+    Coherence and diversity are pooled (non_collaborative: the mean of the local models' pooled
+    values, hence its name); perplexity and macro-F1 are means over organisations, with how
+    many organisations each covers.
+    """
+    out: dict[str, dict[str, float | int | None]] = {}
+    for scenario, label in HEADLINE_SCENARIOS.items():
+        if scenario not in scenarios:
+            continue
+        values = scenarios[scenario]
+        row: dict[str, float | int | None] = {
+            m: v["value"] for m, v in values.items() if v["kind"] not in ("mean", "mean_over_subset")
+        }
+        for m in ("perplexity", "macro_f1"):
+            row[f"{m}_mean"] = values[m]["value"]
+            row[f"{m}_n_organisations"] = values[m]["n_organisations"]
+        out[label] = row
+    return out
+
+
+def _mlflow(per_model: Mapping[str, Any], scenarios: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat MLflow metrics: ``<model>.<measure>`` (pooled), ``<model>.<org>.<metric>``,
+    ``scenario.<s>.<metric>`` and ``scenario.<s>.<metric>.n_organisations``."""
+    flat: dict[str, float] = {}
+    for name, entry in per_model.items():
+        for key, value in entry.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                flat[f"{name}.{key}"] = value
+        for org, values in entry["organisations"].items():  # undefined-topic counts stay in metrics.json only
+            flat.update(
+                {
+                    f"{name}.{org}.{m}": v
+                    for m, v in values.items()
+                    if v is not None and not m.endswith("_undefined_topics")
+                }
+            )
+    for s, values in scenarios.items():
+        for m, v in values.items():
+            if v["value"] is not None:
+                flat[f"scenario.{s}.{m}"] = v["value"]
+            flat[f"scenario.{s}.{m}.n_organisations"] = v["n_organisations"]
+    return {k: {"value": float(v), "step": 0} for k, v in flat.items() if math.isfinite(float(v))}
+
+
+def _covers_label(entry: Mapping[str, Any]) -> str:
+    total = entry["n_organisations"] + len(entry["left_out"])
+    return f"{entry['n_organisations']} of {total}, without {', '.join(entry['left_out'])}"
+
+
+def comparison_figure(
+    per_model: Mapping[str, Any], scenarios: Mapping[str, Any], organisations: list[str], measures: list[str]
+) -> plt.Figure:
+    """Pooled metrics per scenario, then per organisation and metric: federated vs centralized vs
+    its own model vs the others' models, with each scenario mean and what it covers."""
+    pooled_panels = [*measures, "topic_diversity"]
+    org_panels = [*(PER_ORG + m for m in measures), "topic_coverage", "perplexity", "macro_f1"]
+    n_panels = len(pooled_panels) + len(org_panels) + 1
+    ncols = 4
+    fig, grid = plt.subplots(
+        math.ceil(n_panels / ncols), ncols, figsize=(4.2 * ncols, 3.8 * math.ceil(n_panels / ncols))
+    )
+    axes = list(grid.ravel())
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    names = [s for s in ("federated", "centralized", "non_collaborative") if s in scenarios]
+    for ax, metric in zip(axes, pooled_panels, strict=False):
+        values = [scenarios[s][metric]["value"] for s in names]
+        ax.bar(range(len(names)), [v if v is not None else 0.0 for v in values], color=colours[: len(names)])
+        ticks = [
+            f"{s}\npooled, {len(organisations)} orgs"
+            if scenarios[s][metric]["kind"] == "pooled"
+            else f"non-collab.\nmean of {scenarios[s][metric]['n_organisations']}\nlocal models"
+            for s in names
+        ]
+        ax.set_xticks(range(len(names)), ticks, fontsize=7)
+        for i, v in enumerate(values):
+            ax.annotate("n/a" if v is None else f"{v:.3f}", (i, v or 0.0), ha="center", va="bottom", fontsize=7)
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_title(
+            f"{metric} (pooled, all organisations' texts)" if metric != "topic_diversity" else metric, fontsize=9
+        )
     series = {
-        "federated": lambda o, m: per_model.get("federated", {}).get("organisations", {}).get(o, {}).get(m),
-        "centralized": lambda o, m: per_model.get("centralized", {}).get("organisations", {}).get(o, {}).get(m),
-        "own local model": lambda o, m: per_model.get(f"local__{o}", {}).get("organisations", {}).get(o, {}).get(m),
-        "other orgs' local models": lambda o, m: _mean(
-            [
-                per_model[f"local__{p}"]["organisations"][o].get(m)
-                for p in organisations
-                if p != o and f"local__{p}" in per_model
-            ]
+        "federated": (
+            "federated",
+            lambda o, m: per_model.get("federated", {}).get("organisations", {}).get(o, {}).get(m),
+        ),
+        "centralized": (
+            "centralized",
+            lambda o, m: per_model.get("centralized", {}).get("organisations", {}).get(o, {}).get(m),
+        ),
+        "own local model": (
+            "non_collaborative",
+            lambda o, m: per_model.get(f"local__{o}", {}).get("organisations", {}).get(o, {}).get(m),
+        ),
+        "other orgs' local models (mean)": (
+            "non_collaborative_on_others",
+            lambda o, m: _mean_over(
+                {
+                    p: per_model[f"local__{p}"]["organisations"][o].get(m)
+                    for p in organisations
+                    if p != o and f"local__{p}" in per_model
+                }
+            )["value"],
         ),
     }
-    x = np.arange(len(organisations))
+    x = np.arange(len(organisations) + 1)
     width = 0.8 / len(series)
-    for ax, metric in zip(axes, METRICS, strict=False):
-        for i, (label, get) in enumerate(series.items()):
+    covers_notes: list[str] = []
+    for ax, metric in zip(axes[len(pooled_panels) :], org_panels, strict=False):
+        for i, (label, (scenario, get)) in enumerate(series.items()):
             values = [get(o, metric) for o in organisations]
+            mean = scenarios.get(scenario, {}).get(metric)
+            values.append(mean["value"] if mean else None)
             heights = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
-            ax.bar(x + i * width, heights, width, label=label)
-        ax.set_xticks(x + width * (len(series) - 1) / 2, organisations, rotation=30, ha="right", fontsize=8)
-        ax.set_title(metric + (" (lower is better)" if metric == "perplexity" else ""))
-    legend = axes[-1]
+            ax.bar(x + i * width, heights, width, label=label, color=colours[i])
+            if mean and mean["left_out"]:
+                covers_notes.append(f"{metric}, {scenario}: mean over {_covers_label(mean)}")
+        ax.set_xticks(
+            x + width * (len(series) - 1) / 2,
+            [*organisations, "scenario mean\n(orgs with a value)"],
+            rotation=30,
+            ha="right",
+            fontsize=7,
+        )
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_title(metric + (" (lower is better)" if metric == "perplexity" else ""), fontsize=9)
+    legend = axes[len(pooled_panels) + len(org_panels)]
     legend.axis("off")
-    legend.legend(*axes[0].get_legend_handles_labels(), loc="center", title="model scored on the organisation")
-    legend.text(
-        0.5,
-        0.1,
-        "macro_f1 is undefined (no bar) for an\norganisation with a single class",
-        ha="center",
+    legend.legend(
+        *axes[len(pooled_panels)].get_legend_handles_labels(),
+        loc="center",
         fontsize=8,
-        transform=legend.transAxes,
+        title="model scored on the organisation",
+        title_fontsize=8,
     )
-    fig.suptitle("ProdLDA on each organisation's data: federated vs centralized vs non-collaborative")
-    fig.tight_layout()
+    for ax in axes[n_panels:]:
+        ax.axis("off")
+    shown = covers_notes[:_MAX_NOTES] or ["every scenario mean covers all organisations"]
+    if len(covers_notes) > _MAX_NOTES:
+        shown.append(f"... and {len(covers_notes) - _MAX_NOTES} more in metrics.json (scenarios.<s>.<metric>.covers)")
+    notes = "Scenario means over a subset of organisations:\n" + "\n".join(textwrap.shorten(n, 180) for n in shown)
+    bottom = 0.02 + 0.016 * (len(shown) + 1)
+    fig.text(0.01, 0.005, notes, fontsize=6.5, va="bottom", ha="left")
+    fig.suptitle(
+        "ProdLDA: pooled coherence (exact, all organisations' texts) and per-organisation scores; "
+        "federated vs centralized vs non-collaborative",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
