@@ -250,7 +250,7 @@ def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp
     assert "failed to load" not in shown.stderr  # no metrics file of a stage never run (the sweeps)
     rows = [line.split()[0] for line in shown.stdout.splitlines()[1:] if line.strip()]
     assert all(row.startswith("data/08_reporting/headline/") for row in rows), rows  # one row per scenario
-    assert {"federated", "centralized", "non_collaborative"} <= {Path(row).stem for row in rows}
+    assert {"federated", "centralized", "non_collaborative_local_mean"} <= {Path(row).stem for row in rows}
     # readable in a terminal (metrics.json as the DVC metric made one row of ~19,000 columns)
     assert max(len(line) for line in shown.stdout.splitlines()) < 200
 
