@@ -56,7 +56,8 @@ class SynchronisedStreams:
         self.sources = sources
 
     def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
-        return [(torch.cat([s.next_batch() for s in self.sources]), self.sources[0].noise)]
+        batches = [s.next_batch().to_dense() for s in self.sources]  # CSR tensors do not concatenate
+        return [(torch.cat(batches).to_sparse_csr(), self.sources[0].noise)]
 
 
 def train_synchronised(train: dict[str, sp.csr_matrix], config, vocab_size: int) -> TrainedModel:
