@@ -42,9 +42,11 @@ def demo_data(params: dict, project) -> tuple[Any, dict[str, Any], list[list[str
 class Curve:
     """Observer: every ``every`` rounds, the model's pooled NPMI and topic diversity."""
 
-    def __init__(self, terms: list[str], texts, dictionary, every: int, docs_per_round: int, total: int) -> None:
+    def __init__(
+        self, terms: list[str], texts, dictionary, every: int, docs_per_round: int, total: int, pooled: int
+    ) -> None:
         self.terms, self.texts, self.dictionary = terms, texts, dictionary
-        self.every, self.docs_per_round, self.total = every, docs_per_round, total
+        self.every, self.docs_per_round, self.total, self.pooled = every, docs_per_round, total, pooled
         self.rows: list[dict[str, float]] = []
         self.train_seconds = 0.0
         self._last = time.perf_counter()
@@ -74,8 +76,6 @@ class Curve:
                 }
             )
         self._last = time.perf_counter()
-
-    pooled = 1
 
 
 def main() -> None:
@@ -120,8 +120,7 @@ def main() -> None:
         if lr is not None:
             train["optimizer"] = {"lr": lr}
         _, config = project_config(args.env, {"train": train})
-        curve = Curve(terms, texts, dictionary, every, docs_per_round, total)
-        curve.pooled = pooled
+        curve = Curve(terms, texts, dictionary, every, docs_per_round, total, pooled)
         if scenario == "federated":
             endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None
         else:

@@ -66,6 +66,11 @@ def ctm_python(venv: Path, create: bool) -> Path | None:
     """The reference's interpreter, creating its venv first when asked and absent."""
     python = venv / "bin" / "python"
     if python.is_file():
+        link = next(venv.glob("lib/python*/site-packages")) / "fedtopic_project.pth"
+        wanted = "\n".join(site.getsitepackages()) + "\n"
+        if not link.is_file() or link.read_text() != wanted:  # the project's venv moved or was rebuilt
+            logger.warning("pointing the reference's venv %s at this project's site-packages", venv)
+            link.write_text(wanted)
         return python
     if not create:
         return None

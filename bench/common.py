@@ -57,21 +57,10 @@ def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, 
 
 def demo_corpus(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any], dict[str, list[list[str]]]]:
     """The common vocabulary, each organisation's whole bag of words (both splits, with labels)
-    and its preprocessed training texts (the token lists coherence is counted on).
-
-    The bags of words come from ``run_sites``, as in :func:`demo_matrices`; it discards the
-    token shards, so the texts come from a second run of the same preprocessing step
-    (deterministic, so the same tokens), which keeps this in step with the pipelines."""
-    from fedtopic_pipelines.core.federated.site import Site, run_sites
-    from fedtopic_pipelines.core.ingest.common import as_frame
+    and its preprocessed training texts (the token lists coherence is counted on), from one
+    pass of the site steps."""
+    from fedtopic_pipelines.core.federated.site import run_sites
 
     tables = demo_tables(params)
     logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
-    vocabulary, bows = run_sites(tables, project.preprocess, project.consensus)
-    texts = {}
-    for org, table in tables.items():
-        result = Site(org).preprocess(table, project.preprocess)
-        frame = as_frame(result.tokens)
-        texts[org] = [t.split() for t in frame.loc[frame["split"] == "train", "tokens"]]
-        result.tokens.discard()
-    return vocabulary, bows, texts
+    return run_sites(tables, project.preprocess, project.consensus, train_texts=True)

@@ -389,10 +389,15 @@ class FolderEndpoint(Endpoint):
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def run_sites(raw: Mapping[str, Any], preprocess: PreprocessConfig, consensus: ConsensusConfig):
+def run_sites(
+    raw: Mapping[str, Any], preprocess: PreprocessConfig, consensus: ConsensusConfig, train_texts: bool = False
+):
     """Every organisation's steps in one process, as the Kedro pipelines chain them: preprocess,
     propose, merge (the server's part), vectorise. Returns the common vocabulary and each
-    organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests)."""
+    organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests);
+    with ``train_texts`` also each organisation's preprocessed training texts (token lists, for
+    coherence), read before the token shards are discarded."""
+    from fedtopic_pipelines.core.ingest.common import as_frame
     from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
 
     sites = {org: Site(org) for org in raw}
@@ -401,6 +406,10 @@ def run_sites(raw: Mapping[str, Any], preprocess: PreprocessConfig, consensus: C
     vocabulary = agree_on_vocabulary(proposals, consensus).vocabulary
     terms = vocabulary["term"].tolist()
     bows = {org: sites[org].vectorise(results[org].tokens, terms)[0] for org in raw}
-    for result in results.values():
+    texts = {}
+    for org, result in results.items():
+        if train_texts:
+            frame = as_frame(result.tokens)
+            texts[org] = [t.split() for t in frame.loc[frame["split"] == "train", "tokens"]]
         result.tokens.discard()
-    return vocabulary, bows
+    return (vocabulary, bows, texts) if train_texts else (vocabulary, bows)
