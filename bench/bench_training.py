@@ -212,7 +212,8 @@ def main() -> None:
     logger.info("done")
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, device {'cuda' if torch.cuda.is_available() else 'cpu'}"
+        f"{project.train.threads or torch.get_num_threads()} threads (train.threads), "
+        f"device {'cuda' if torch.cuda.is_available() else 'cpu'}"
     )
     print(
         f"demo corpus ({args.env or 'base'}): {n_orgs} organisations, V = {len(vocabulary)}, "

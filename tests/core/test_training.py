@@ -137,3 +137,36 @@ def test_a_checkpoint_of_other_data_is_not_resumed(tmp_path) -> None:
     fresh = train_scenarios(second, config.replace(checkpoint_every=0, checkpoint_dir=None), progress=False)
     assert all(torch.equal(again.state[k], fresh["federated"].state[k]) for k in again.state)
     assert len(list(tmp_path.glob("federated-*.safetensors"))) == 2  # one per data
+
+
+def test_word_bias_starts_from_the_consensus_frequencies_in_every_scenario() -> None:
+    import numpy as np
+    import pandas as pd
+
+    matrices = _matrices()
+    frequency = np.asarray(sum(m.sum(axis=0) for m in matrices.values())).ravel() + 1.0
+    vocabulary = pd.DataFrame({"term": [f"w{j}" for j in range(40)], "frequency": frequency})
+    model = ProdLDAConfig(n_topics=3, hidden_sizes=(8,), normalization="layer", word_bias=True)
+    config = CONFIG.replace(model=model, max_steps=1, optimizer={"name": "sgd", "lr": 1e-9})
+    models = train_scenarios(matrices, config, progress=False, vocabulary=vocabulary)
+    expected = torch.log(torch.as_tensor(frequency / frequency.sum(), dtype=torch.float32))
+    for trained in models.values():  # one SGD step of 1e-9 later: still the background
+        assert torch.allclose(trained.state["word_bias"], expected, atol=1e-6), trained.name
+
+
+def test_train_threads_hold_while_training_and_are_restored_after(monkeypatch) -> None:
+    from fedtopic_pipelines.core.training import compute_threads
+
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError), compute_threads(1):
+        assert torch.get_num_threads() == 1
+        raise RuntimeError("a failing run")
+    assert torch.get_num_threads() == before
+    seen: list[int] = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (seen.append(n), real(n)))
+    train_scenarios(_matrices(), CONFIG.replace(scenarios=("federated",), threads=1), progress=False)
+    assert seen == [1, before] and torch.get_num_threads() == before
+    seen.clear()
+    train_scenarios(_matrices(), CONFIG.replace(scenarios=("federated",)), progress=False)  # None: left alone
+    assert seen == []

@@ -264,6 +264,11 @@ class ProdLDAConfig(ConfigModel):
     # LayerNorm over each document's units: no batch coupling, so federated = pooled on any
     # batch grouping) or "none".
     normalization: Literal["batch", "layer", "none"] = "batch"
+    # A learned per-word offset added to the decoder's normalised logits (a background
+    # log-frequency, as in Card et al.'s Scholar): frequent words no longer need a large
+    # weight in every topic's row of beta. Without BatchNorm's per-word standardisation
+    # they otherwise fill every topic's top words (docs/batchnorm.md, section 6).
+    word_bias: bool = False
 
 
 DEFAULT_FAMILY = "prodlda"
@@ -329,6 +334,11 @@ class TrainConfig(ConfigModel):
     ``checkpoint_every`` > 0 the server's state is written to ``checkpoint_dir`` every that
     many rounds, on either engine, and a restarted run resumes from it.
 
+    ``threads``: torch's compute threads while the in-process scenarios train (None: torch's
+    default, every core). On a host that other work shares, OpenMP threads that spin for
+    cores they do not get make a step several times slower than the CPU share it lost;
+    one thread does not (docs/performance.md, "Thread policy").
+
     ``mlflow_every`` (log every N-th round's loss to MLflow) and ``engine`` (in process or
     on a running Flower federation, ``flower``) say how the Kedro node hosts the run; the
     training itself does not read them.
@@ -350,6 +360,7 @@ class TrainConfig(ConfigModel):
     checkpoint_dir: Name | None = None
     seed: Seed = 42
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: PositiveInt | None = None
     mlflow_every: PositiveInt = 10
     engine: Literal["in_process", "flower"] = "in_process"
     flower: FlowerConfig = Field(default_factory=FlowerConfig)

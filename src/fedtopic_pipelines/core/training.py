@@ -16,8 +16,9 @@ and may stop earlier (``train.patience``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import scipy.sparse as sp
 
@@ -70,6 +71,28 @@ def train_scenarios(
         return result.model
 
     models: dict[str, TrainedModel] = {}
+    with compute_threads(config.threads):
+        _train_all(config, orgs, train_matrices, run, models)
+    return models
+
+
+@contextlib.contextmanager
+def compute_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` for the block (None: unchanged), then restored."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_all(config: TrainConfig, orgs, train_matrices, run, models: dict[str, TrainedModel]) -> None:
     if "federated" in config.scenarios:
         endpoints = [MemoryEndpoint(org, train_matrices[org]) for org in orgs]
         models["federated"] = run("federated", "federated", endpoints, orgs)
@@ -80,7 +103,6 @@ def train_scenarios(
         for i, org in enumerate(orgs):
             name = f"local__{org}"
             models[name] = run(name, "non_collaborative", [_Indexed(org, train_matrices[org], i)], [org])
-    return models
 
 
 class _Indexed(MemoryEndpoint):

@@ -126,14 +126,10 @@ def in_process_training(
     from fedtopic_pipelines.core.training import train_scenarios
 
     _, _, config = job.configs()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or before)
-    try:
-        started = time.perf_counter()
-        model = train_scenarios(matrices, config, progress=False, vocabulary=vocabulary)["federated"]
-        seconds = (time.perf_counter() - started) / max(1, len(model.history))
-    finally:
-        torch.set_num_threads(before)
+    config = config.replace(threads=threads or config.threads or torch.get_num_threads())
+    started = time.perf_counter()
+    model = train_scenarios(matrices, config, progress=False, vocabulary=vocabulary)["federated"]
+    seconds = (time.perf_counter() - started) / max(1, len(model.history))
     return model.state, seconds
 
 
