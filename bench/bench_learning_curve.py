@@ -6,9 +6,11 @@ federated scenario once per seed, exactly as `kedro run` does (run_federation, t
 project's parameters with overrides), and reads the model every `--every` passes through
 run_federation's round observer. NPMI is gensim's c_npmi (top 10 words, sliding window
 10) on the pooled preprocessed training texts: the figure the evaluate pipeline's exact
-federated coherence gives.
+federated coherence gives. ``--variants`` compares ``train.model`` options (docs/batchnorm.md,
+section 6).
 
     python bench/bench_learning_curve.py --batch-sizes 64 16 --passes 40 --every 4
+    python bench/bench_learning_curve.py --batch-sizes 32 --variants "" "word_bias=true" "normalization=batch"
     python bench/bench_learning_curve.py --smoke
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from common import ROOT, demo_corpus, project_config
 from gensim.corpora import Dictionary
 from gensim.models.coherencemodel import CoherenceModel
@@ -78,6 +81,12 @@ class Curve:
         self._last = time.perf_counter()
 
 
+def model_overrides(variant: str) -> dict[str, Any]:
+    """``'normalization=layer,word_bias=true'`` -> ``{"normalization": "layer", "word_bias": True}`` (YAML values)."""
+    pairs = (item.split("=", 1) for item in variant.split(",") if item)
+    return {key.strip(): yaml.safe_load(value) for key, value in pairs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 32, 16])
@@ -86,6 +95,12 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=4, help="evaluate every this many passes")
     parser.add_argument("--scenarios", nargs="+", default=["centralized"], choices=["centralized", "federated"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=[""],
+        help="train.model overrides, one per variant: 'normalization=layer,word_bias=true' ('' = as configured)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--env", default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "data/08_reporting/bench_learning_curve.csv")
@@ -110,15 +125,22 @@ def main() -> None:
     logger.info("%d organisations, %d pooled training documents, %d terms", len(orgs), pooled, len(terms))
     rows: list[dict[str, Any]] = []
     settings = [
-        (b, lr, s, seed) for b in args.batch_sizes for lr in args.lrs for s in args.scenarios for seed in args.seeds
+        (v, b, lr, s, seed)
+        for v in args.variants
+        for b in args.batch_sizes
+        for lr in args.lrs
+        for s in args.scenarios
+        for seed in args.seeds
     ]
-    for batch, lr, scenario, seed in tqdm(settings, desc="settings"):
+    for variant, batch, lr, scenario, seed in tqdm(settings, desc="settings"):
         docs_per_round = batch * len(orgs)  # federated: batch per organisation; centralized: L ghost batches
         total = max(1, round(args.passes * pooled / docs_per_round))
         every = max(1, round(args.every * pooled / docs_per_round))
         train = {"batch_size": batch, "max_steps": total, "max_epochs": None, "seed": seed, "scenarios": [scenario]}
         if lr is not None:
             train["optimizer"] = {"lr": lr}
+        if variant:
+            train["model"] = {**params["train"].get("model", {}), **model_overrides(variant)}
         _, config = project_config(args.env, {"train": train})
         curve = Curve(terms, texts, dictionary, every, docs_per_round, total, pooled)
         if scenario == "federated":
@@ -139,11 +161,19 @@ def main() -> None:
         )
         for row in curve.rows:
             rows.append(
-                {"scenario": scenario, "batch_size": batch, "lr": lr or config.train.optimizer.lr, "seed": seed, **row}
+                {
+                    "variant": variant or "configured",
+                    "scenario": scenario,
+                    "batch_size": batch,
+                    "lr": lr or config.train.optimizer.lr,
+                    "seed": seed,
+                    **row,
+                }
             )
         last = curve.rows[-1]
         logger.info(
-            "%s batch %d lr %s seed %d: %d rounds, NPMI %.4f, TD %.3f, %.1f s training (%.0f documents/s)",
+            "%s %s batch %d lr %s seed %d: %d rounds, NPMI %.4f, TD %.3f, %.1f s training (%.0f documents/s)",
+            variant or "configured",
             scenario,
             batch,
             lr,
@@ -162,8 +192,8 @@ def main() -> None:
     logger.info("wrote %s", args.out)
     for row in rows:
         logger.info(
-            "%-11s b=%-3d lr=%.4f seed=%d passes=%5.1f NPMI=%.4f TD=%.3f loss=%.1f t=%.0fs",
-            row["scenario"], row["batch_size"], row["lr"], row["seed"], row["passes"], row["npmi"],
+            "%s %-11s b=%-3d lr=%.4f seed=%d passes=%5.1f NPMI=%.4f TD=%.3f loss=%.1f t=%.0fs",
+            row["variant"], row["scenario"], row["batch_size"], row["lr"], row["seed"], row["passes"], row["npmi"],
             row["topic_diversity"], row["loss"], row["train_seconds"],
         )  # fmt: skip
 

@@ -130,5 +130,5 @@ def test_bench_learning_curve_smoke(tmp_path) -> None:
     out = tmp_path / "curve.csv"
     run_bench("bench_learning_curve.py", "--smoke", "--no-progress", "--out", str(out))
     lines = out.read_text().splitlines()
-    assert lines[0].startswith("scenario,batch_size,lr,seed,round,passes,npmi,topic_diversity")
+    assert lines[0].startswith("variant,scenario,batch_size,lr,seed,round,passes,npmi,topic_diversity")
     assert len(lines) >= 3  # a row per evaluated pass, header first

@@ -80,7 +80,7 @@ CASES: dict[str, FamilyCase] = {
         preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
         consensus={"top_n": 50, "min_count": 0, "merge": "union"},
         concatenated=ConcatenatedStreams,
-        variants=({"normalization": "layer"}, {"normalization": "none"}),
+        variants=({"normalization": "layer"}, {"normalization": "none"}, {"normalization": "layer", "word_bias": True}),
     ),
 }
 

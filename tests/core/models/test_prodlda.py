@@ -119,3 +119,21 @@ def test_batch_norm_couples_the_documents_of_a_batch() -> None:
     mu, _ = _encode_decode(model, bow)
     part_mu, _ = _encode_decode(model, bow[[0, 1, 2]])
     assert not torch.allclose(part_mu, mu[[0, 1, 2]], atol=1e-3)
+
+
+def test_word_bias_starts_at_the_background_and_is_added_to_the_logits() -> None:
+    counts = torch.tensor([50.0, 30.0, 15.0, 5.0, 0.0])  # a term with no count is clamped to 1, not log(0)
+    model = ProdLDA.create(5, ProdLDAConfig(n_topics=2, hidden_sizes=(4,), normalization="layer", word_bias=True), 0)
+    model.set_background(counts.numpy())
+    expected = torch.log(counts.clamp(min=1) / counts.clamp(min=1).sum())
+    assert torch.allclose(model.word_bias.detach(), expected)
+    with torch.no_grad():
+        model.beta.zero_()  # no topic signal: each document's word distribution is the background
+    words = model.decode(torch.full((3, 2), 0.5), None)
+    assert torch.allclose(words, (counts.clamp(min=1) / counts.clamp(min=1).sum()).expand(3, -1), atol=1e-6)
+
+
+def test_without_word_bias_the_background_is_ignored() -> None:
+    model = ProdLDA.create(5, ProdLDAConfig(n_topics=2, hidden_sizes=(4,), normalization="layer"), 0)
+    model.set_background(torch.ones(5).numpy())
+    assert model.word_bias is None and "word_bias" not in model.state_dict()

@@ -137,6 +137,9 @@ def run_federation(
             )
     device = resolve_device(config.device)
     model = family.create_model(len(terms), config, device)
+    background = getattr(model, "set_background", None)
+    if background is not None and "frequency" in vocabulary:
+        background(vocabulary["frequency"].to_numpy(dtype="float64"))
     server = FederatedServer(
         family.strategy(model, config),
         stopping_rule(config, family.steps_per_epoch(max(rows.values()), config, ghosts), validate),

@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -160,7 +161,21 @@ class ProdLDA(nn.Module):
             self.register_buffer("prior_variance", prior_var)
         self.beta = nn.Parameter(torch.empty(k, vocab_size))
         nn.init.xavier_uniform_(self.beta)
+        if config.word_bias:
+            self.word_bias = nn.Parameter(torch.zeros(vocab_size))
+        else:
+            self.word_bias = None
         self._activation = F.softplus if config.activation == "softplus" else F.relu
+
+    def set_background(self, frequency: np.ndarray) -> None:
+        """Start ``word_bias`` at the words' log relative frequency (Scholar's background term),
+        so that beta's rows begin as deviations from it. ``frequency``: summed counts per term,
+        which the vocabulary consensus already has. No-op without ``word_bias``."""
+        if self.word_bias is None:
+            return
+        counts = torch.as_tensor(frequency, dtype=self.word_bias.dtype).clamp(min=1.0)
+        with torch.no_grad():
+            self.word_bias.copy_(torch.log(counts / counts.sum()))
 
     @classmethod
     def create(cls, vocab_size: int, config: ProdLDAConfig, seed: int) -> ProdLDA:
@@ -187,8 +202,11 @@ class ProdLDA(nn.Module):
         return mu, log_var
 
     def decode(self, theta: torch.Tensor, stats: dict[str, torch.Tensor] | None) -> torch.Tensor:
-        """Word distribution of each document: softmax(BN(theta @ beta))."""
-        return F.softmax(self.beta_bn(theta @ self.beta, stats, "beta_bn"), dim=1)
+        """Word distribution of each document: softmax(BN(theta @ beta) [+ word_bias])."""
+        logits = self.beta_bn(theta @ self.beta, stats, "beta_bn")
+        if self.word_bias is not None:
+            logits = logits + self.word_bias
+        return F.softmax(logits, dim=1)
 
     def _kl(self, mu: torch.Tensor, log_var: torch.Tensor) -> torch.Tensor:
         prior_var = self.prior_variance
