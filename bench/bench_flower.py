@@ -20,7 +20,7 @@ preprocesses each organisation's documents into its cache; only rounds are timed
 The CPU seconds each process spent during the runs are reported too, and the cores the
 SuperLink uses with no run going on (SuperNode polls) after the runs. Prints Markdown.
 
-``--smoke`` runs the ``warm`` variant for 2 rounds on the smoke environment's small demo
+``--smoke`` runs the ``warm`` variant for 2 rounds on two of the smoke environment's small demo
 organisations, written to a temporary folder (the project's data is left alone).
 
     .venv/bin/python bench/bench_flower.py [--rounds 10] [--repeats 2] [--stock-rounds 3] [--variants ...] [--smoke]
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--stock-rounds", type=int, default=3, help="rounds for the (slow) stock variant")
     parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--no-idle", action="store_true", help="skip the idle SuperLink measurement (about 1 min)")
-    parser.add_argument("--smoke", action="store_true", help="warm variant, 2 rounds, smoke-sized organisations")
+    parser.add_argument("--smoke", action="store_true", help="warm variant, 2 rounds, 2 smoke-sized organisations")
     args = parser.parse_args()
     exit_on_sigterm()  # a killed benchmark stops its federations
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
@@ -159,6 +159,8 @@ def main() -> None:
     if args.smoke:
         args.rounds, args.repeats, args.variants, args.no_idle, IN_PROCESS_REPEATS = 2, 1, ["warm"], True, 1
     params = project_parameters("smoke" if args.smoke else None)
+    if args.smoke:  # two organisations: the same code paths, half the processes to start on a 2-core test machine
+        params["organisations"] = list(params["organisations"])[:2]
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_flower_") as tmp:
         data = smoke_data(params, Path(tmp)) if args.smoke else ensure_demo_data(list(params["organisations"]))

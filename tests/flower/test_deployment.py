@@ -93,9 +93,9 @@ def test_a_plaintext_supernode_cannot_connect_to_the_tls_superlink(federation) -
 
 def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeating_rounds(federation) -> None:
     fed, paths, root = federation
-    rounds = 10
+    rounds = 6
     train = {**TRAIN, "max_steps": rounds}
-    train = {**train, "checkpoint_every": 3, "checkpoint_dir": str(root / "ckpt")}
+    train = {**train, "checkpoint_every": 2, "checkpoint_dir": str(root / "ckpt")}
     spec = job(list(paths), train).to_dict()
     job_file = root / "job-resume.json"
     job_file.write_text(json.dumps(spec))
