@@ -696,7 +696,7 @@ def ingest_s2orc(
     if report.notes["malformed_pdf_parses"]:
         logger.warning("%d malformed pdf_parses records ignored", report.notes["malformed_pdf_parses"])
     check_organisations(report, organisations, WHERE)
-    done = {**report.to_dict(organisations), "empty_files": empty}
+    done = {**report.to_dict(organisations), "empty_files_count": len(empty), "empty_files": empty}
     logger.info("s2orc: read %d records, kept %s, dropped %s", done["documents_read"], done["kept"], done["dropped"])
     tables = {
         org: ShardedTable([work_root / p for name in names for p in markers[name]["shards"].get(org, [])])
