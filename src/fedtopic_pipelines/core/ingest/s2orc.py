@@ -101,6 +101,7 @@ S2_FIELDS_KEYS = ("s2fieldsofstudy", "s2FieldsOfStudy")
 PARSE_ID_PREFIX = re.compile(rb'\s*\{\s*"paper_id"\s*:\s*"?([^",\s}]+)')
 BATCH_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 INSERT_BATCH = 500
+SQL_CHUNK = 500  # ids per "IN (...)" lookup, below SQLite's limit of bound parameters
 
 
 # Finding and pairing files --------------------------------------------------------------
@@ -502,6 +503,8 @@ def fingerprint(
     params = {k: v for k, v in config.to_params().items() if k != "processes"}
     return {
         "corpus": CORPUS,
+        # 2: later copies of a paper id are dropped per organisation; work of earlier versions is redone.
+        "format": 2,
         "files": [(describe(f), describe(p)) for f, p in zip(files, pairs, strict=True)],
         "organisations": list(organisations),
         "params": params,
@@ -525,8 +528,12 @@ class _SeenIds:
     def __init__(self, path: Path, finished: dict[str, dict[str, Any]]) -> None:
         fresh = not path.is_file()
         self.db = sqlite3.connect(path)
+        # WAL: a commit is one sequential append; a crash loses at most the last unit, which is redone.
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS seen (org TEXT, source_id TEXT, unit TEXT, PRIMARY KEY (org, source_id))"
+            " WITHOUT ROWID"
         )
         if fresh:
             for unit, marker in finished.items():
@@ -540,9 +547,26 @@ class _SeenIds:
         self.db.commit()
 
     def first(self, org: str, ids: Sequence[str], unit: str) -> list[bool]:
-        """For each id in order, whether it is the organisation's first copy (and record it)."""
-        insert = "INSERT OR IGNORE INTO seen VALUES (?, ?, ?)"
-        return [self.db.execute(insert, (org, source_id, unit)).rowcount == 1 for source_id in ids]
+        """For each id in order, whether it is the organisation's first copy (and record it).
+
+        One lookup per ``SQL_CHUNK`` ids and one insert per call, not a statement per id.
+        """
+        unique = list(dict.fromkeys(ids))
+        known: set[str] = set()
+        for start in range(0, len(unique), SQL_CHUNK):
+            chunk = unique[start : start + SQL_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT source_id FROM seen WHERE org = ? AND source_id IN ({marks})"
+            known.update(row[0] for row in self.db.execute(query, (org, *chunk)))
+        new: set[str] = set()
+        keep = []
+        for source_id in ids:
+            is_first = source_id not in known and source_id not in new
+            if is_first:
+                new.add(source_id)
+            keep.append(is_first)
+        self.db.executemany("INSERT INTO seen VALUES (?, ?, ?)", [(org, i, unit) for i in unique if i in new])
+        return keep
 
     def commit(self) -> None:
         self.db.commit()
