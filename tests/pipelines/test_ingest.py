@@ -138,6 +138,34 @@ def test_ingest_s2orc_slice_and_missing_shards_named(tmp_path) -> None:
         run_slice(ingest_s2orc.create_pipeline(["cs", "econ"]), {**inputs, "s2orc_records": []})
 
 
+def test_ingest_s2orc_reports_empty_shards_and_keeps_the_first_copy_in_batch_order(tmp_path) -> None:
+    import json
+
+    from fedtopic_pipelines.pipelines import ingest_s2orc
+
+    def shard(name: str, title: str) -> Path:
+        records = [
+            {"corpusid": 7, "title": title, "fieldsOfStudy": ["Computer Science"]},
+            {"corpusid": f"{name}-e", "title": "econ", "fieldsOfStudy": ["Economics"]},
+        ]
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        return path
+
+    later, earlier = shard("metadata_10.jsonl", "from batch 10"), shard("metadata_2.jsonl", "from batch 2")
+    empty = tmp_path / "metadata_3.jsonl.gz"
+    empty.write_bytes(b"")
+    params = {"organisations": {"cs": ["Computer Science"], "econ": ["Economics"]}, "processes": 1}
+    inputs = {"s2orc_pdf_parses": [], "s2orc_work": tmp_path / "work", "params:ingest_s2orc": params}
+    # The catalog lists files in plain sorted order: metadata_10 before metadata_2.
+    out = run_slice(ingest_s2orc.create_pipeline(["cs", "econ"]), {**inputs, "s2orc_records": [later, empty, earlier]})
+    report = out["ingestion_report_s2orc"]
+    assert out["clients.cs.raw_documents"].to_frame()["title"].tolist() == ["from batch 2"]
+    assert report["dropped"] == {"duplicate_id": 1}
+    assert report["empty_files"] == [str(empty)] and report["empty_files_count"] == 1
+    assert out["ingestion_metrics_mlflow"]["dropped.duplicate_id"][0]["value"] == 1.0
+
+
 def test_ingest_synthetic_slice_feeds_preprocessing() -> None:
     from fedtopic_pipelines.core.config import ConfigError
     from fedtopic_pipelines.pipelines import ingest_synthetic, preprocess

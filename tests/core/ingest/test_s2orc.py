@@ -247,6 +247,78 @@ def test_every_bad_input_is_counted_with_file_and_line(tmp_path: Path, caplog: p
     assert any("6 malformed" in r.message and "bad.jsonl line 2" in r.message for r in caplog.records)
 
 
+def test_empty_and_damaged_shards_are_reported_by_name(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    good = write_jsonl(tmp_path / "metadata_0.jsonl", [paper(1, CS), paper(2, ECON)])
+    zero_plain, zero_gz = tmp_path / "c.jsonl", tmp_path / "d.jsonl.gz"
+    zero_plain.write_bytes(b"")
+    zero_gz.write_bytes(b"")
+    magic_only = tmp_path / "e.jsonl.gz"
+    magic_only.write_bytes(b"\x1f\x8b")  # a download cut after the gzip magic bytes
+    empty_member = tmp_path / "f.jsonl.gz"
+    empty_member.write_bytes(gzip.compress(b""))
+    blank_lines = write_jsonl(tmp_path / "g.jsonl", [b"", b"   "])
+    zero_parses = tmp_path / "pdf_parses_0.jsonl.gz"
+    zero_parses.write_bytes(b"")
+    files = [good, zero_plain, zero_gz, magic_only, empty_member, blank_lines]
+
+    with caplog.at_level(logging.WARNING, logger="fedtopic_pipelines.core.ingest.s2orc"):
+        _, report = run(files, tmp_path / "work", pdf_parses=(zero_parses,))
+
+    empty = [str(p) for p in (zero_plain, zero_gz, empty_member, blank_lines, zero_parses)]
+    assert report["empty_files"] == empty
+    assert report["empty_files_count"] == 5
+    assert [e["file"] for e in report["errors"]] == [str(magic_only)]
+    assert "gzip" in report["errors"][0]["reason"]
+    assert report["documents_read"] == 2 and report["kept_total"] == 2
+    [warning] = [r.message for r in caplog.records if "empty S2ORC file" in r.message]
+    assert "5 empty" in warning and all(name in warning for name in empty)
+    assert any(str(magic_only) in r.message for r in caplog.records)
+
+
+def test_only_empty_shards_stop_the_run_naming_them(tmp_path: Path) -> None:
+    files = [tmp_path / "c.jsonl", tmp_path / "d.jsonl.gz"]
+    for path in files:
+        path.write_bytes(b"")
+    with pytest.raises(CorpusError, match="every file is empty") as error:
+        run(files, tmp_path / "work")
+    assert all(str(path) in str(error.value) for path in files)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_duplicate_ids_keep_the_first_copy_per_organisation(tmp_path: Path, processes: int) -> None:
+    first = write_jsonl(
+        tmp_path / "a.jsonl",
+        [
+            paper(1, CS, "first copy"),
+            paper("both", ["Computer Science", "Economics"], "in two organisations: no duplicate"),
+            paper(1, CS, "second copy, same file"),
+            paper(2, ECON, "econ"),
+        ],
+    )
+    second = write_jsonl(
+        tmp_path / "b.jsonl.gz", [paper(1, CS, "third copy, next file"), paper(3, CS, "cs3"), paper(2, ECON, "again")]
+    )
+    root = tmp_path / "work"
+    frames, report = run([first, second], root, processes=processes, max_documents=3, shard_documents=1)
+
+    cs, econ = frames["computer_science"], frames["economics"]
+    assert list(cs["source_id"]) == ["1", "both", "3"]  # duplicates do not use up the cap of 3
+    assert texts(cs)["1"] == "first copy"
+    assert list(econ["source_id"]) == ["both", "2"] and texts(econ)["2"] == "econ"
+    assert cs["doc_id"].is_unique and econ["doc_id"].is_unique
+    assert report["dropped"] == {"duplicate_id": 3}
+    assert report["kept_total"] == 5
+
+    # Resuming without the ids file rebuilds it from the finished units' shards.
+    (root / "_seen_ids.sqlite").unlink()
+    for marker in (root / "_done").glob("00001-*.json"):
+        marker.unlink()
+    resumed, resumed_report = run([first, second], root, processes=processes, max_documents=3, shard_documents=1)
+    assert {**resumed_report, "resumed_units": 0} == report
+    for org in ORGS:
+        pd.testing.assert_frame_equal(resumed[org], frames[org])
+
+
 def test_an_empty_organisation_stops_the_run_naming_it(tmp_path: Path) -> None:
     rules = {**RULES, "philosophy": ["Philosophy"]}
     files = [write_jsonl(tmp_path / "p.jsonl", [paper(1, CS), paper(2, ECON), paper(3, ["Biology"])])]
@@ -278,7 +350,9 @@ def _corpus(tmp_path: Path) -> tuple[list[Path], tuple[Path, ...]]:
                 ],
             )
         )
-    files.append(write_jsonl(tmp_path / "papers.jsonl", [paper(f"c{i}", CS if i % 2 else ECON) for i in range(5)]))
+    # c1 twice: a duplicate id, dropped the same way by one or two processes and on resume.
+    records = [paper(f"c{i}", CS if i % 2 else ECON) for i in range(5)] + [paper("c1", CS, "later copy")]
+    files.append(write_jsonl(tmp_path / "papers.jsonl", records))
     return files, tuple(parses)
 
 

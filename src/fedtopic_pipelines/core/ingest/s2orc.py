@@ -40,8 +40,21 @@ last finished unit.
 A record is dropped for the first reason that applies, in this order: ``malformed``,
 ``no_field_of_study``, ``no_matching_field``, ``several_organisations`` (policy drop),
 ``no_text`` (checked after the rules, because a 2020 paper's text is known only once its
-parse is joined, which is done only for the papers the rules keep), and
-``over_max_documents`` (once per organisation a document goes over the cap of).
+parse is joined, which is done only for the papers the rules keep), ``duplicate_id`` (once
+per organisation that already holds a paper with the same id) and ``over_max_documents``
+(once per organisation a document goes over the cap of).
+
+**Duplicate ids**: within an organisation the first copy of a paper id is kept, in input
+order (files in the order given, lines in file order) and every later copy is dropped,
+whatever its text: one paper, one document, so a re-posted paper is neither weighted
+twice nor split across train and test. The main process checks each unit's shards against
+the ids already kept (a SQLite table under ``work_root``, so memory stays flat), before the
+cap, so duplicates do not use up an organisation's cap. A paper kept by two organisations
+(``multi_match: all``) is no duplicate.
+
+**Empty files** (zero bytes, or no record at all, such as an empty gzip member) are read
+as nothing, listed in the report's ``empty_files`` and named in a warning: a download that
+failed or never finished must not go unnoticed. If no file held a record, the run stops.
 """
 
 from __future__ import annotations
@@ -88,21 +101,26 @@ S2_FIELDS_KEYS = ("s2fieldsofstudy", "s2FieldsOfStudy")
 PARSE_ID_PREFIX = re.compile(rb'\s*\{\s*"paper_id"\s*:\s*"?([^",\s}]+)')
 BATCH_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 INSERT_BATCH = 500
+SQL_CHUNK = 500  # ids per "IN (...)" lookup, below SQLite's limit of bound parameters
 
 
 # Finding and pairing files --------------------------------------------------------------
 
 
-def _natural_key(path: Path) -> list[Any]:
-    """metadata_2 before metadata_10: the release's batch order."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+def natural_key(path: Path) -> tuple[list[Any], str]:
+    """metadata_2 before metadata_10: the release's batch order (and so which copy of a duplicate is first).
+
+    Ties (``x_1`` and ``x_01``, one name in two folders) fall back to the full path, so the
+    order never depends on the order the file system lists the files in.
+    """
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)], str(path)
 
 
 def find_shards(directory: Path, pattern: str = "*.jsonl*") -> list[Path]:
     """The JSONL (or JSONL.gz) files matching ``pattern`` in ``directory``, in natural name order."""
     if not directory.is_dir():
         raise CorpusError(f"S2ORC directory '{directory}' does not exist")
-    files = sorted((p for p in directory.glob(pattern) if p.is_file()), key=_natural_key)
+    files = sorted((p for p in directory.glob(pattern) if p.is_file()), key=natural_key)
     if not files:
         raise CorpusError(f"no S2ORC shard matching {pattern!r} in '{directory}'")
     return files
@@ -485,6 +503,8 @@ def fingerprint(
     params = {k: v for k, v in config.to_params().items() if k != "processes"}
     return {
         "corpus": CORPUS,
+        # 2: later copies of a paper id are dropped per organisation; work of earlier versions is redone.
+        "format": 2,
         "files": [(describe(f), describe(p)) for f, p in zip(files, pairs, strict=True)],
         "organisations": list(organisations),
         "params": params,
@@ -496,29 +516,110 @@ def _unit_name(index: int, path: Path) -> str:
     return f"{index:05d}-{stem}"
 
 
-def _apply_caps(
-    result: UnitResult, root: Path, cap: int | None, taken: dict[str, int]
+class _SeenIds:
+    """Paper ids each organisation already holds, with the unit that kept them (SQLite under the work root).
+
+    On disk rather than in a set, so a corpus of tens of millions of papers keeps memory
+    flat; rows of a unit without a marker (an interrupted run) are deleted at start, so a
+    unit that is redone does not find its own ids. A missing file is rebuilt from the
+    finished units' shards.
+    """
+
+    def __init__(self, path: Path, finished: dict[str, dict[str, Any]]) -> None:
+        fresh = not path.is_file()
+        self.db = sqlite3.connect(path)
+        # WAL: a commit is one sequential append; a crash loses at most the last unit, which is redone.
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS seen (org TEXT, source_id TEXT, unit TEXT, PRIMARY KEY (org, source_id))"
+            " WITHOUT ROWID"
+        )
+        if fresh:
+            for unit, marker in finished.items():
+                for org, shards in marker["shards"].items():
+                    for relative in shards:
+                        ids = pd.read_parquet(path.parent / relative, columns=["source_id"])["source_id"]
+                        self.first(org, ids, unit)
+        else:
+            units = [row[0] for row in self.db.execute("SELECT DISTINCT unit FROM seen")]
+            self.db.executemany("DELETE FROM seen WHERE unit = ?", [(u,) for u in units if u not in finished])
+        self.db.commit()
+
+    def first(self, org: str, ids: Sequence[str], unit: str) -> list[bool]:
+        """For each id in order, whether it is the organisation's first copy (and record it).
+
+        One lookup per ``SQL_CHUNK`` ids and one insert per call, not a statement per id.
+        """
+        unique = list(dict.fromkeys(ids))
+        known: set[str] = set()
+        for start in range(0, len(unique), SQL_CHUNK):
+            chunk = unique[start : start + SQL_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT source_id FROM seen WHERE org = ? AND source_id IN ({marks})"
+            known.update(row[0] for row in self.db.execute(query, (org, *chunk)))
+        new: set[str] = set()
+        keep = []
+        for source_id in ids:
+            is_first = source_id not in known and source_id not in new
+            if is_first:
+                new.add(source_id)
+            keep.append(is_first)
+        self.db.executemany("INSERT INTO seen VALUES (?, ?, ?)", [(org, i, unit) for i in unique if i in new])
+        return keep
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _apply_dedup_and_caps(
+    result: UnitResult, root: Path, cap: int | None, taken: dict[str, int], seen: _SeenIds
 ) -> tuple[IngestReport, dict[str, list[str]]]:
-    """Keep each organisation's documents up to the cap, in input order; truncate or delete the shards past it."""
+    """Drop later copies of ids an organisation holds, then keep its documents up to the cap, in input order.
+
+    Shards that lose rows are rewritten (or deleted when none is left).
+    """
     report = result.report
     kept: dict[str, list[str]] = {}
     for org, shards in result.shards.items():
         for relative, rows, splits in shards:
-            room = rows if cap is None else max(0, min(rows, cap - taken[org]))
             path = root / relative
+            first = seen.first(org, list(pd.read_parquet(path, columns=["source_id"])["source_id"]), result.unit)
+            unique = sum(first)
+            report.dropped["duplicate_id"] += rows - unique
+            room = unique if cap is None else max(0, min(unique, cap - taken[org]))
+            report.dropped["over_max_documents"] += unique - room
             if room < rows:
-                report.dropped["over_max_documents"] += rows - room
                 if room == 0:
                     path.unlink(missing_ok=True)
                     continue
-                frame = pd.read_parquet(path).head(room)
-                write_parquet_atomic(frame, path)
+                frame = pd.read_parquet(path)[first].head(room)
+                write_parquet_atomic(frame.reset_index(drop=True), path)
                 splits = dict(Counter(frame["split"]))
             for split, n in splits.items():
                 report.keep(org, split, n)
             taken[org] += room
             kept.setdefault(org, []).append(relative)
+    for reason in ("duplicate_id", "over_max_documents"):
+        if not report.dropped[reason]:
+            del report.dropped[reason]
+    seen.commit()
     return report, kept
+
+
+def _empty_files(
+    names: Sequence[str], files: Sequence[Path], markers: dict[str, dict[str, Any]], pdf_parses: Sequence[Path]
+) -> list[str]:
+    """Input files that held no record: zero bytes, or no non-blank line and no damage (an empty gzip)."""
+    empty = [
+        str(path)
+        for name, path in zip(names, files, strict=True)
+        if markers[name]["documents_read"] == 0 and not markers[name].get("errors")
+    ]
+    return empty + [str(path) for path in pdf_parses if path.stat().st_size == 0]
 
 
 def ingest_s2orc(
@@ -565,27 +666,43 @@ def ingest_s2orc(
     to_do = sum(task is not None for task in tasks)
     processes = min(resolve_processes(config.processes), max(1, to_do))
     taken = dict.fromkeys(organisations, 0)
-    shard_lists: dict[str, dict[str, list[str]]] = {}
+    markers: dict[str, dict[str, Any]] = {}
+    seen = _SeenIds(work_root / "_seen_ids.sqlite", {n: m for n in names if (m := work.finished(n)) is not None})
     results = ordered_map(process_unit, tasks, processes)
-    for name, result in tqdm(
-        zip(names, results, strict=True), total=len(names), desc="s2orc files", unit="file", disable=len(names) < 2
-    ):
-        if result is None:
-            marker = work.resumed(name)
-            report.resumed_units += 1
-        else:
-            unit_report, kept = _apply_caps(result, work_root, config.max_documents, taken)
-            marker = {**unit_report.counts(), "shards": kept}
-            work.finish(name, marker)
-        if result is None:
-            for org, splits in marker["kept"].items():
-                taken[org] = taken.get(org, 0) + sum(splits.values())
-        shard_lists[name] = marker["shards"]
-        report.merge_counts(marker)
-        report.units += 1
-        logger.debug("%s: %d records read", name, marker["documents_read"])
+    try:
+        for name, result in tqdm(
+            zip(names, results, strict=True), total=len(names), desc="s2orc files", unit="file", disable=len(names) < 2
+        ):
+            if result is None:
+                marker = work.resumed(name)
+                report.resumed_units += 1
+                for org, splits in marker["kept"].items():
+                    taken[org] = taken.get(org, 0) + sum(splits.values())
+            else:
+                unit_report, kept = _apply_dedup_and_caps(result, work_root, config.max_documents, taken, seen)
+                marker = {**unit_report.counts(), "shards": kept}
+                work.finish(name, marker)
+            markers[name] = marker
+            report.merge_counts(marker)
+            report.units += 1
+            logger.debug("%s: %d records read", name, marker["documents_read"])
+    finally:
+        seen.close()
 
-    check_organisations(report, organisations, WHERE)
+    empty = _empty_files(names, files, markers, pdf_parses)
+    if empty:
+        logger.warning(
+            "%d empty S2ORC file(s) (0 bytes or no record; a failed or unfinished download?), nothing read from: %s",
+            len(empty),
+            ", ".join(empty),
+        )
+        if report.documents_read == 0 and not report.errors:
+            raise CorpusError(f"no S2ORC record in any input file: every file is empty ({empty})")
+    if report.dropped["duplicate_id"]:
+        logger.warning(
+            "dropped %d later copies of paper ids an organisation already held (the first copy in input order is kept)",
+            report.dropped["duplicate_id"],
+        )
     if report.dropped["malformed"]:
         first = next((m for m in report.malformed if not m["reason"].startswith("pdf parse:")), None)
         logger.warning(
@@ -602,10 +719,11 @@ def ingest_s2orc(
         )
     if report.notes["malformed_pdf_parses"]:
         logger.warning("%d malformed pdf_parses records ignored", report.notes["malformed_pdf_parses"])
-    done = report.to_dict(organisations)
+    check_organisations(report, organisations, WHERE)
+    done = {**report.to_dict(organisations), "empty_files_count": len(empty), "empty_files": empty}
     logger.info("s2orc: read %d records, kept %s, dropped %s", done["documents_read"], done["kept"], done["dropped"])
     tables = {
-        org: ShardedTable([work_root / p for name in names for p in shard_lists[name].get(org, [])])
+        org: ShardedTable([work_root / p for name in names for p in markers[name]["shards"].get(org, [])])
         for org in organisations
     }
     return tables, done
