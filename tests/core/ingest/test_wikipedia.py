@@ -335,10 +335,11 @@ def test_dump_names_other_than_the_pattern_are_read_not_replaced(tmp_path, caplo
     xml.write_bytes(header + article(3, "Physics") + article(4, "Chemistry") + footer)
     (folder / "enwiki-pages-articles-multistream-index.txt.bz2").write_bytes(b"x")
     (folder / "notes.txt").write_text("mine")
+    (folder / ".DS_Store").write_bytes(b"x")  # hidden: ignored without a word
     with caplog.at_level("WARNING"):
         files = find_dumps(folder, "*pages-articles*.bz2", fallback=True)
     assert files == sorted([meta, upper, xml]) and gensim_fragment() not in files
-    assert "notes.txt" in caplog.text
+    assert "notes.txt" in caplog.text and ".DS_Store" not in caplog.text
     shards, report = ingest_wikipedia(
         files, ["science"], config(organisations={"science": ["physics"]}), tmp_path / "w"
     )

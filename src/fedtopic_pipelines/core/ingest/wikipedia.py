@@ -1,4 +1,4 @@
-"""Stream MediaWiki ``pages-articles`` bz2 dumps into per-organisation Parquet shards.
+"""Stream MediaWiki ``pages-articles`` / ``pages-meta-current`` dumps into per-organisation Parquet shards.
 
 How a dump is cut into work units:
 
@@ -9,8 +9,10 @@ How a dump is cut into work units:
   least ``MIN_UNITS_PER_FILE`` units to share among the workers), and each worker
   decompresses and parses its own units. The first stream holds only the ``<siteinfo>``
   header.
-* **plain** dumps are one bz2 stream, so the main process decompresses it and cuts the
-  text after a ``</page>`` every ``4 * unit_mib`` MiB; workers parse the pieces.
+* **plain** dumps are one bz2 stream, so the main process decompresses it (16 KiB of
+  compressed data at a time, so that damage loses no block before it) and cuts the text
+  after a ``</page>`` every ``4 * unit_mib`` MiB; workers parse the pieces. Uncompressed
+  ``.xml`` dumps are cut the same way.
 
 Each page is parsed on its own (``xml.etree``), so one page of invalid XML is a counted,
 reported skip with its line number, not the end of the run. Namespace-0 pages that are
