@@ -196,3 +196,28 @@ def test_ingest_synthetic_slice_feeds_preprocessing() -> None:
             ingest_synthetic.create_pipeline(["a", "b"]),
             {"params:organisations": ["a", "b"], "params:ingest_synthetic": params},
         )
+
+
+def test_ingest_wikipedia_reads_a_users_dump_under_another_name(tmp_path, caplog) -> None:
+    """Probe: a ``pages-meta-current`` dump in the input folder was ignored and gensim's fragment ingested."""
+    import yaml
+
+    from bench.dumpgen import fragment_parts, write_dump
+    from fedtopic_pipelines.datasets import InputFilesDataset
+    from fedtopic_pipelines.pipelines import ingest_wikipedia
+
+    entry = yaml.safe_load(Path("conf/base/catalog.yml").read_text())["wikipedia_dumps"]
+    _, pages, _ = fragment_parts()
+    mine = write_dump(tmp_path / "in" / "enwiki-latest-pages-meta-current.xml.BZ2", pages[:50])
+    dumps = InputFilesDataset(str(tmp_path / "in"), entry["pattern"], entry["fallback"]).load()
+    assert dumps == [mine]
+    params = {"organisations": {"everything": ["re:."]}, "processes": 1}
+    out = run_slice(
+        ingest_wikipedia.create_pipeline(["everything"]),
+        {"wikipedia_dumps": dumps, "wikipedia_work": tmp_path / "work", "params:ingest_wikipedia": params},
+    )
+    assert out["ingestion_report_wikipedia"]["documents_read"] == 50
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "enwiki-latest-pages-articles.xml.gz").write_bytes(b"x")
+    with pytest.raises(Exception, match=r"enwiki-latest-pages-articles.xml.gz'\] but no file recognised"):
+        InputFilesDataset(str(tmp_path / "other"), entry["pattern"], entry["fallback"]).load()

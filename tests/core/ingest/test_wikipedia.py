@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -256,3 +257,101 @@ def test_find_dumps_falls_back_to_gensim_only_when_asked(tmp_path) -> None:
     not_bz2.write_bytes(b"<mediawiki>")
     with pytest.raises(CorpusError, match="not a bz2 file"):
         ingest_wikipedia([not_bz2], ["science"], config(organisations={"science": ["x"]}), tmp_path / "w")
+
+
+def wordy_pages(n: int, words: int = 450) -> list[bytes]:
+    """Pages of seeded random words: they compress like prose, so a plain dump holds several bz2 blocks."""
+    import random
+
+    rng = random.Random(0)
+    vocab = [f"w{k}" for k in range(3000)]
+    return [page(i, f"A{i}", " ".join(rng.choices(vocab, k=words)) + " [[Category:Physics]]") for i in range(1, n + 1)]
+
+
+def test_corrupt_bytes_in_a_plain_dump_keep_every_page_before_them(tmp_path) -> None:
+    """Probe: damage inside the first 1 MiB of compressed data used to lose every page decoded with it."""
+    pages = wordy_pages(750)
+    dump = write_dump(tmp_path / "p-pages-articles.xml.bz2", pages, multistream=False)
+    data = bytearray(dump.read_bytes())
+    assert len(data) < 1 << 20 and len(bz2.decompress(bytes(data))) > 2 * 900_000  # one read, three bz2 blocks
+    damage = len(data) * 9 // 10  # in the last bz2 block
+    data[damage : damage + 64] = b"\x00" * 64
+    corrupt = tmp_path / "corrupt-pages-articles.xml.bz2"
+    corrupt.write_bytes(bytes(data))
+    shards, report = ingest_wikipedia(
+        [corrupt], ["science"], config(organisations={"science": ["physics"]}), tmp_path / "w"
+    )
+    kept = shards["science"].to_frame()["source_id"].astype(int).tolist()
+    assert len(kept) > 300 and sorted(kept) == list(range(1, len(kept) + 1))  # every page of the good blocks
+    # the page cut by the damage is the only one not kept: malformed, "not closed before the end of the data"
+    assert report["documents_read"] == len(kept) + report["malformed_records"] and report["malformed_records"] <= 1
+    [error] = report["errors"]
+    assert error["file"] == str(corrupt) and error["reason"].startswith("corrupt bz2 data")
+    assert error["byte_offset"] <= len(data) and error["byte_offset"] + (1 << 14) > damage  # found at or after it
+    assert f"compressed bytes {error['byte_offset']}-" in error["reason"]
+
+
+def test_organisations_emptied_by_a_corrupt_dump_blame_the_file(tmp_path) -> None:
+    dump = write_dump(tmp_path / "p-pages-articles.xml.bz2", wordy_pages(200), multistream=False)
+    data = bytearray(dump.read_bytes())
+    data[200:264] = b"\x00" * 64  # in the first bz2 block: nothing can be read
+    corrupt = tmp_path / "corrupt-pages-articles.xml.bz2"
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(CorpusError, match=r"\['science'\] received no document.*because of damaged input") as info:
+        ingest_wikipedia([corrupt], ["science"], config(organisations={"science": ["physics"]}), tmp_path / "w")
+    assert f"'{corrupt}': corrupt bz2 data" in str(info.value)
+
+
+def test_every_page_opening_tag_is_counted(tmp_path) -> None:
+    """Probe: ``<page >`` was not counted and an unclosed ``<page>`` swallowed the next page, uncounted."""
+    pages = [article(i, "Physics") for i in range(1, 11)]
+    pages[2] = pages[2].replace(b"<page>", b"<page >")
+    pages[4] = pages[4].replace(b"<page>", b'<page xml:lang="en">')
+    pages[6] = pages[6].replace(b"  </page>\n", b"")  # never closed: page 8 follows
+    for multistream in (True, False):
+        dump = write_dump(tmp_path / f"m{multistream}-pages-articles.xml.bz2", pages, multistream=multistream)
+        shards, report = ingest_wikipedia(
+            [dump], ["science"], config(organisations={"science": ["physics"]}), tmp_path / f"w{multistream}"
+        )
+        text = bz2.decompress(dump.read_bytes())
+        assert report["documents_read"] == len(re.findall(rb"<page[\s>]", text)) == 10
+        kept = sum(report["kept"]["science"].values())
+        assert report["documents_read"] == kept + sum(report["dropped"].values())
+        assert report["malformed_records"] == 1 and kept == 9
+        assert sorted(shards["science"].to_frame()["source_id"].astype(int)) == [1, 2, 3, 4, 5, 6, 8, 9, 10]
+        [record] = report["malformed"]
+        lines = text.decode().splitlines()
+        assert "not closed before the next <page>" in record["reason"]
+        assert lines[record["line"]].strip() == "<title>Article 7</title>"
+
+
+def test_dump_names_other_than_the_pattern_are_read_not_replaced(tmp_path, caplog) -> None:
+    """Probe: ``pages-meta-current`` or ``.BZ2`` dumps were ignored and gensim's fragment ingested instead."""
+    folder = tmp_path / "in"
+    meta = write_dump(folder / "enwiki-20240101-pages-meta-current1.xml.bz2", [article(1, "Physics")])
+    upper = write_dump(folder / "ENWIKI-PAGES-ARTICLES.XML.BZ2", [article(2, "Physics")], multistream=False)
+    header, _, footer = fragment_parts()
+    xml = folder / "small-pages-articles.xml"
+    xml.write_bytes(header + article(3, "Physics") + article(4, "Chemistry") + footer)
+    (folder / "enwiki-pages-articles-multistream-index.txt.bz2").write_bytes(b"x")
+    (folder / "notes.txt").write_text("mine")
+    (folder / ".DS_Store").write_bytes(b"x")  # hidden: ignored without a word
+    with caplog.at_level("WARNING"):
+        files = find_dumps(folder, "*pages-articles*.bz2", fallback=True)
+    assert files == sorted([meta, upper, xml]) and gensim_fragment() not in files
+    assert "notes.txt" in caplog.text and ".DS_Store" not in caplog.text
+    shards, report = ingest_wikipedia(
+        files, ["science"], config(organisations={"science": ["physics"]}), tmp_path / "w"
+    )
+    assert report["documents_read"] == 4 and report["errors"] == []
+    assert sorted(shards["science"].to_frame()["source_id"].astype(int)) == [1, 2, 3]
+    for name in ("enwiki-latest.xml.gz", "enwiki-latest.xml.bz2.part"):
+        lone = tmp_path / name
+        lone.mkdir()
+        (lone / name).write_bytes(b"x")
+        with pytest.raises(CorpusError, match=rf"\['{re.escape(name)}'\] but no file recognised.*pages-meta-current"):
+            find_dumps(lone, "*pages-articles*.bz2", fallback=True)
+    not_xml = tmp_path / "x-pages-articles.xml"
+    not_xml.write_bytes(b"BZh9 not xml")
+    with pytest.raises(CorpusError, match="named .xml but does not start with an XML tag"):
+        ingest_wikipedia([not_xml], ["science"], config(organisations={"science": ["x"]}), tmp_path / "w2")

@@ -1,4 +1,4 @@
-"""Stream MediaWiki ``pages-articles`` bz2 dumps into per-organisation Parquet shards.
+"""Stream MediaWiki ``pages-articles`` / ``pages-meta-current`` dumps into per-organisation Parquet shards.
 
 How a dump is cut into work units:
 
@@ -9,8 +9,10 @@ How a dump is cut into work units:
   least ``MIN_UNITS_PER_FILE`` units to share among the workers), and each worker
   decompresses and parses its own units. The first stream holds only the ``<siteinfo>``
   header.
-* **plain** dumps are one bz2 stream, so the main process decompresses it and cuts the
-  text after a ``</page>`` every ``4 * unit_mib`` MiB; workers parse the pieces.
+* **plain** dumps are one bz2 stream, so the main process decompresses it (16 KiB of
+  compressed data at a time, so that damage loses no block before it) and cuts the text
+  after a ``</page>`` every ``4 * unit_mib`` MiB; workers parse the pieces. Uncompressed
+  ``.xml`` dumps are cut the same way.
 
 Each page is parsed on its own (``xml.etree``), so one page of invalid XML is a counted,
 reported skip with its line number, not the end of the run. Namespace-0 pages that are
@@ -23,6 +25,7 @@ dropped and counted before stripping, which is most of the cost.
 from __future__ import annotations
 
 import bz2
+import fnmatch
 import logging
 import re
 import xml.etree.ElementTree as ET
@@ -53,11 +56,20 @@ logger = logging.getLogger(__name__)
 
 GENSIM_FRAGMENT = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 STREAM_HEADER = re.compile(rb"BZh[1-9]1AY&SY")
+PAGE_OPEN = re.compile(rb"<page(?=[\s>/])")  # <page>, <page >, <page attr="...">; not <pages> or <page_x>
 CATEGORY = re.compile(r"\[\[\s*Category\s*:\s*([^\]|\n]+)", re.IGNORECASE)
 REDIRECT_TEXT = re.compile(r"\s*#redirect", re.IGNORECASE)
 BOLD_ITALIC = re.compile(r"'{2,}")
 SPACES = re.compile(r"\s+")
 READ_BLOCK = 1 << 20  # compressed bytes read at a time from a plain dump
+# Compressed bytes fed to the decompressor at a time: an error discards what the failing call
+# decoded, so small pieces keep every bz2 block before the damage (a block is ~100-900 kB).
+FEED_BYTES = 1 << 14
+DUMP_NAME = re.compile(r"pages-(articles|meta-current).*\.(bz2|xml)$", re.IGNORECASE)
+DUMP_NAMES_HELP = (
+    "expected a name containing 'pages-articles' or 'pages-meta-current' and ending in .bz2 or .xml, any case"
+)
+XML_START = (b"<", b"\xef\xbb\xbf<")  # an uncompressed dump (optionally with a UTF-8 byte-order mark)
 MIN_UNITS_PER_FILE = 32  # work units per dump file at least (see unit_size), for load balance
 
 
@@ -68,19 +80,39 @@ def gensim_fragment() -> Path:
     return Path(datapath(GENSIM_FRAGMENT))
 
 
+def is_dump_name(name: str, pattern: str) -> bool:
+    """A dump we read: ``pattern`` or a MediaWiki dump name (``DUMP_NAME``), in any letter case."""
+    return fnmatch.fnmatch(name.lower(), pattern.lower()) or DUMP_NAME.search(name) is not None
+
+
 def find_dumps(directory: Path, pattern: str, fallback: bool) -> list[Path]:
-    """Dump files under ``directory`` (multistream index files excluded), or gensim's fragment."""
-    files = (
-        sorted(p for p in directory.glob(pattern) if p.is_file() and "-index" not in p.name)
+    """Dump files under ``directory`` (multistream index files excluded), or gensim's fragment.
+
+    gensim's fragment replaces the input only when the folder holds no file at all: a
+    file that is not recognised as a dump stops the run, naming it, rather than being
+    silently replaced by demo data. Recognised files beside others are read, and the
+    others are named in a warning.
+    """
+    present = (
+        sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
         if directory.is_dir()
         else []
     )
+    files = [p for p in present if "-index" not in p.name.lower() and is_dump_name(p.name, pattern)]
+    others = [p.name for p in present if "-index" not in p.name.lower() and p not in files]
     if files:
+        if others:
+            logger.warning("%s: ignoring %s (not Wikipedia dump names; %s)", directory, others, DUMP_NAMES_HELP)
         return files
+    if others:
+        raise CorpusError(
+            f"'{directory}' holds {others} but no file recognised as a Wikipedia dump ({DUMP_NAMES_HELP}); "
+            "rename the dump, or empty the folder to use gensim's bundled fragment"
+        )
     if fallback:
-        logger.info("no dump matching %s in %s: using gensim's Wikipedia fragment", pattern, directory)
+        logger.info("no dump in %s: using gensim's Wikipedia fragment", directory)
         return [gensim_fragment()]
-    raise CorpusError(f"no Wikipedia dump matching {pattern!r} in '{directory}'")
+    raise CorpusError(f"no Wikipedia dump matching {pattern!r} in '{directory}' ({DUMP_NAMES_HELP})")
 
 
 def stream_starts(path: Path) -> list[int]:
@@ -135,22 +167,28 @@ class UnitTask:
     text: bytes | None = None  # decompressed piece of a plain dump
 
 
-def decompress_range(path: str, start: int, end: int) -> tuple[bytes, str | None]:
-    """Decompress the bz2 streams in ``[start, end)``; on corrupt or truncated data, what came before."""
+def decompress_range(path: str, start: int, end: int) -> tuple[bytes, str | None, int]:
+    """Decompress the bz2 streams in ``[start, end)``; on corrupt or truncated data, what came before.
+
+    Also returns the byte offset of the stream where reading stopped (``end`` if none did).
+    """
     with open(path, "rb") as handle:
         handle.seek(start)
         data = handle.read(end - start)
     out: list[bytes] = []
+    position = start
     while data:
         decompressor = bz2.BZ2Decompressor()
         try:
             out.append(decompressor.decompress(data))
         except OSError as exc:
-            return b"".join(out), f"corrupt bz2 data ({exc})"
+            return b"".join(out), f"corrupt bz2 data ({exc}) in the bz2 stream at compressed byte {position}", position
         if not decompressor.eof:
-            return b"".join(out), "truncated bz2 stream: the file ends before the end-of-stream marker"
+            reason = f"truncated bz2 stream at compressed byte {position}: the file ends before its end marker"
+            return b"".join(out), reason, position
+        position = end - len(decompressor.unused_data)
         data = decompressor.unused_data
-    return b"".join(out), None
+    return b"".join(out), None, end
 
 
 def parse_page(block: bytes, rules: Rules, report: IngestReport, file: str, line: int) -> Article | None:
@@ -184,12 +222,25 @@ def parse_page(block: bytes, rules: Rules, report: IngestReport, file: str, line
 
 
 def split_pages(text: bytes, rules: Rules, file: str, result: UnitResult) -> None:
-    """Parse every ``<page>...</page>`` in ``text``; a page left open is malformed."""
+    """Parse every ``<page>...</page>`` in ``text``: each page-opening tag is read once.
+
+    An opening tag with attributes or spaces (``<page >``) opens a page too. A page
+    still open when the next page opens, or at the end of the data, is malformed (it
+    never swallows the next page).
+    """
     position, line = 0, 1
-    while (begin := text.find(b"<page>", position)) >= 0:
+    opening = PAGE_OPEN.search(text, position)
+    while opening is not None:
+        begin = opening.start()
         line += text.count(b"\n", position, begin)
-        end = text.find(b"</page>", begin)
         result.report.documents_read += 1
+        end = text.find(b"</page>", opening.end())
+        following = PAGE_OPEN.search(text, opening.end())
+        if following is not None and (end < 0 or following.start() < end):
+            result.report.add_malformed(file, line, "<page> not closed before the next <page>")
+            line += text.count(b"\n", begin, following.start())
+            position, opening = following.start(), following
+            continue
         if end < 0:
             result.report.add_malformed(file, line, "<page> not closed before the end of the data")
             position = len(text)
@@ -200,6 +251,7 @@ def split_pages(text: bytes, rules: Rules, file: str, result: UnitResult) -> Non
             result.articles.append(article)
         line += text.count(b"\n", begin, end)
         position = end
+        opening = following
     result.lines = line - 1 + text.count(b"\n", position)
 
 
@@ -209,9 +261,9 @@ def process_unit(task: UnitTask | None) -> UnitResult | None:
         return None
     result = UnitResult(task.unit)
     if task.text is None:
-        text, error = decompress_range(task.file, task.start, task.end)
+        text, error, stopped = decompress_range(task.file, task.start, task.end)
         if error:
-            result.report.add_error(task.file, error, unit=task.unit, byte_offset=task.start)
+            result.report.add_error(task.file, error, unit=task.unit, byte_offset=stopped)
     else:
         text = task.text
     split_pages(text, task.rules, task.file, result)
@@ -246,27 +298,49 @@ def plan_multistream(index: int, path: Path, starts: list[int], unit_bytes: int,
 def decompressed_blocks(path: Path, report: IngestReport) -> Iterator[bytes]:
     """Decompressed data of a single-stream file, block by block; damage is reported, data before it kept.
 
+    The compressed bytes are fed ``FEED_BYTES`` at a time: a decompressor error discards
+    what the failing call decoded, so feeding a whole ``READ_BLOCK`` would lose every bz2
+    block in it. The error records the compressed byte range where the damage was found.
     (``BZ2File.read`` would drop the data decoded inside the call that hits the damage.)
     """
     decompressor = bz2.BZ2Decompressor()
+    offset = 0
     with path.open("rb") as handle:
         while chunk := handle.read(READ_BLOCK):
-            try:
-                out = decompressor.decompress(chunk)
-            except OSError as exc:
-                report.add_error(str(path), f"corrupt bz2 data ({exc})")
-                return
-            if out:
-                yield out
-            if decompressor.eof:
-                return
-    report.add_error(str(path), "truncated bz2 stream: the file ends before the end-of-stream marker")
+            view = memoryview(chunk)
+            for at in range(0, len(chunk), FEED_BYTES):
+                piece = view[at : at + FEED_BYTES]
+                try:
+                    out = decompressor.decompress(piece)
+                except OSError as exc:
+                    start = offset + at
+                    report.add_error(
+                        str(path),
+                        f"corrupt bz2 data ({exc}) found in compressed bytes {start}-{start + len(piece)}",
+                        byte_offset=start,
+                    )
+                    return
+                if out:
+                    yield out
+                if decompressor.eof:
+                    return
+            offset += len(chunk)
+    report.add_error(
+        str(path), "truncated bz2 stream: the file ends before the end-of-stream marker", byte_offset=offset
+    )
 
 
-def plan_plain(index: int, path: Path, piece_bytes: int, rules: Rules, work: WorkDirectory, report: IngestReport):
-    """Cut a single-stream dump after a ``</page>`` every ``piece_bytes`` decompressed bytes."""
+def plain_blocks(path: Path) -> Iterator[bytes]:
+    """An uncompressed XML dump, ``READ_BLOCK`` bytes at a time."""
+    with path.open("rb") as handle:
+        while chunk := handle.read(READ_BLOCK):
+            yield chunk
+
+
+def plan_plain(index: int, path: Path, piece_bytes: int, rules: Rules, work: WorkDirectory, source: Iterator[bytes]):
+    """Cut a single-stream dump's text (``source``) after a ``</page>`` every ``piece_bytes`` bytes."""
     k, blocks, size = 0, [], 0
-    for block in _with_end(decompressed_blocks(path, report)):
+    for block in _with_end(source):
         at_end = not block
         blocks.append(block)
         size += len(block)
@@ -303,13 +377,20 @@ def unit_size(compressed_bytes: int, unit_mib: float) -> int:
 def plan_units(files: Sequence[Path], rules: Rules, config: IngestWikipediaConfig, work: WorkDirectory, report):
     for index, path in enumerate(tqdm(files, desc="dump files", unit="file", disable=len(files) < 2)):
         unit_bytes = unit_size(path.stat().st_size, config.unit_mib)
+        if path.suffix.lower() == ".xml":
+            with path.open("rb") as handle:
+                if not handle.read(64).lstrip().startswith(XML_START):
+                    raise CorpusError(f"'{path}' is named .xml but does not start with an XML tag")
+            logger.info("%s: uncompressed XML, read in the main process", path.name)
+            yield from plan_plain(index, path, 4 * unit_bytes, rules, work, plain_blocks(path))
+            continue
         starts = stream_starts(path)
         if len(starts) > 1:
             logger.info("%s: multistream, %d bz2 streams", path.name, len(starts))
             yield from plan_multistream(index, path, starts, unit_bytes, rules, work)
         else:
             logger.info("%s: single bz2 stream, decompressed in the main process", path.name)
-            yield from plan_plain(index, path, 4 * unit_bytes, rules, work, report)
+            yield from plan_plain(index, path, 4 * unit_bytes, rules, work, decompressed_blocks(path, report))
 
 
 # Driver ---------------------------------------------------------------------------------
@@ -365,6 +446,7 @@ def ingest_wikipedia(
     progress.close()
     for error in report.errors:
         logger.error("%s: %s (pages read before it are kept)", error["file"], error["reason"])
+    check_damage(report, organisations)
     check_organisations(report, organisations, "ingest_wikipedia")
     if report.dropped["malformed"]:
         first = report.malformed[0]
@@ -378,6 +460,19 @@ def ingest_wikipedia(
     done = report.to_dict(organisations)
     logger.info("wikipedia: read %d pages, kept %s, dropped %s", done["documents_read"], done["kept"], done["dropped"])
     return {org: work.shards(org, units) for org in organisations}, done
+
+
+def check_damage(report: IngestReport, organisations: Sequence[str]) -> None:
+    """Organisations left empty where a dump was damaged: the damage is the first suspect, so name it first."""
+    empty = [org for org in organisations if sum(report.kept.get(org, {}).values()) == 0]
+    if empty and report.errors:
+        damage = "; ".join(f"'{e['file']}': {e['reason']}" for e in report.errors)
+        raise CorpusError(
+            f"organisation(s) {empty} received no document, and reading stopped early because of damaged "
+            f"input: {damage}. Only the {report.documents_read} pages before the damage were read; "
+            f"replace the damaged file (if the rules in 'ingest_wikipedia.organisations' are also too narrow, "
+            f"dropped so far: {dict(report.dropped)})"
+        )
 
 
 def _run(item: PlannedUnit) -> tuple[str, str, UnitResult | None]:
