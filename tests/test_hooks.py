@@ -162,3 +162,39 @@ def test_sigterm_mid_run_ends_the_mlflow_run_as_killed_and_the_process_promptly(
     assert run.info.status == "KILLED" and run.info.end_time is not None
     assert run.data.tags[END_REASON] == f"SIGTERM received by process {process.pid} on {socket.gethostname()}"
     assert run.data.tags[OWNER_PID] == str(process.pid)
+
+
+def _sleep() -> None:
+    time.sleep(60)
+
+
+def test_hook_tags_the_owner_fails_orphans_and_a_forked_worker_sigterm_leaves_the_run_alone(client) -> None:
+    """The hook in this process: a worker forked during the run (multiprocessing) inherits the
+    SIGTERM handler, and ``Pool.terminate`` sends it SIGTERM; that must not end the run."""
+    import multiprocessing
+
+    import mlflow
+
+    from fedtopic_pipelines.hooks import KilledRunsHook
+
+    dead_pid, dead_start = _dead_process()
+    orphan = _run(client, {OWNER_HOST: socket.gethostname(), OWNER_PID: str(dead_pid), OWNER_START: dead_start})
+    hook, before = KilledRunsHook(), signal.getsignal(signal.SIGTERM)
+    mlflow.set_tracking_uri(client.tracking_uri)
+    try:
+        with mlflow.start_run(experiment_id=client.get_experiment_by_name("fedtopic_pipelines").experiment_id) as run:
+            hook.before_pipeline_run({}, None, None)
+            assert signal.getsignal(signal.SIGTERM) == hook._on_sigterm
+            worker = multiprocessing.get_context("fork").Process(target=_sleep)
+            worker.start()
+            worker.terminate()  # SIGTERM
+            worker.join(30)
+            assert worker.exitcode == -signal.SIGTERM
+            assert client.get_run(run.info.run_id).info.status == "RUNNING"
+            hook.after_pipeline_run({}, None, None)
+        assert signal.getsignal(signal.SIGTERM) == before  # put back
+    finally:
+        hook._restore()
+        mlflow.set_tracking_uri("")
+    assert client.get_run(run.info.run_id).data.tags[OWNER_PID] == str(os.getpid())
+    assert client.get_run(orphan).info.status == "FAILED"

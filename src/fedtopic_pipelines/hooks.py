@@ -4,6 +4,7 @@ takes time."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -279,6 +280,7 @@ class KilledRunsHook:
         self._installed = False
         self._previous: Any = None
         self._run_id: str | None = None
+        self._pid = os.getpid()
 
     @hook_impl(trylast=True)  # after kedro-mlflow's own before_pipeline_run has started the run
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
@@ -293,11 +295,16 @@ class KilledRunsHook:
         fail_orphaned_runs(MlflowClient(), skip={run.info.run_id})
         if threading.current_thread() is threading.main_thread():  # only there can Python set a handler
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-            self._installed = True
+            self._installed, self._pid = True, os.getpid()
+            _INSTALLED.append(self)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         from mlflow.tracking import MlflowClient
 
+        if os.getpid() != self._pid:  # a forked worker kept the handler (see _before_fork)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         run_id = self._run_id
         logger.warning("SIGTERM received: ending MLflow run %s as KILLED", run_id)
         reason = f"SIGTERM received by process {os.getpid()} on {socket.gethostname()}"
@@ -315,6 +322,8 @@ class KilledRunsHook:
         """Put back the SIGTERM handler this run replaced (the default one when it had none)."""
         previous, installed = self._previous, self._installed
         self._previous, self._installed, self._run_id = None, False, None
+        if self in _INSTALLED:
+            _INSTALLED.remove(self)
         if installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         return previous
@@ -326,3 +335,33 @@ class KilledRunsHook:
     @hook_impl
     def on_pipeline_error(self, error: Exception, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
         self._restore()
+
+
+_INSTALLED: list[KilledRunsHook] = []
+
+
+def _before_fork() -> None:
+    """A worker forked during a run (multiprocessing's default on Linux) must start with
+    SIGTERM's default action, not this run's handler: ``Pool.terminate`` has to kill it at
+    once, even while it is blocked in a lock copied mid-use from another thread, where a
+    Python-level handler would never run. So the default is put back for the instant of the
+    fork (as without this hook) and the handler reinstalled in the parent."""
+    if _INSTALLED:
+        with contextlib.suppress(ValueError):  # forking from another thread: cannot change it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _after_fork_in_parent() -> None:
+    if _INSTALLED:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, _INSTALLED[-1]._on_sigterm)
+
+
+def _after_fork_in_child() -> None:
+    for hook in _INSTALLED:  # the run is the parent's: nothing here ends it or restores handlers
+        hook._installed, hook._previous, hook._run_id = False, None, None
+    _INSTALLED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
