@@ -198,3 +198,16 @@ def test_hook_tags_the_owner_fails_orphans_and_a_forked_worker_sigterm_leaves_th
         mlflow.set_tracking_uri("")
     assert client.get_run(run.info.run_id).data.tags[OWNER_PID] == str(os.getpid())
     assert client.get_run(orphan).info.status == "FAILED"
+
+
+def test_kill_run_ends_the_run_and_its_running_nested_runs_as_killed(client) -> None:
+    from fedtopic_pipelines.hooks import kill_run
+
+    parent = _run(client, owner_tags())
+    nested = _run(client, {}, parent=parent)
+    done = _run(client, {}, parent=parent)
+    client.set_terminated(done, "FINISHED")
+    kill_run(client, parent, "SIGTERM received by process 1 on h")
+    for run_id, status in ((parent, "KILLED"), (nested, "KILLED"), (done, "FINISHED")):
+        assert client.get_run(run_id).info.status == status
+    assert client.get_run(nested).data.tags[END_REASON] == "SIGTERM received by process 1 on h"
