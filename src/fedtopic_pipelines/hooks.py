@@ -293,7 +293,8 @@ class KilledRunsHook:
         mlflow.set_tags(owner_tags())
         self._run_id = run.info.run_id
         fail_orphaned_runs(MlflowClient(), skip={run.info.run_id})
-        if threading.current_thread() is threading.main_thread():  # only there can Python set a handler
+        # only the main thread can set a handler; a SIGTERM someone chose to ignore stays ignored
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._installed, self._pid = True, os.getpid()
             _INSTALLED.append(self)
@@ -314,9 +315,10 @@ class KilledRunsHook:
             worker.start()
             worker.join(_END_TIMEOUT_S)
         previous = self._restore()
-        if callable(previous):
+        if callable(previous):  # a handler set before the run decides what SIGTERM does next
             previous(signum, frame)
-        os.kill(os.getpid(), signum)  # the default action now: die of SIGTERM, as without this hook
+        else:
+            os.kill(os.getpid(), signum)  # the default action now: die of SIGTERM, as without this hook
 
     def _restore(self) -> Any:
         """Put back the SIGTERM handler this run replaced (the default one when it had none)."""
