@@ -1,11 +1,29 @@
-"""Project hooks: MLflow run names, the git commit of a run."""
+"""Project hooks: MLflow run names, the git commit of a run, killed runs."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
-from fedtopic_pipelines.hooks import git_commit, run_name
+import pytest
+
+from fedtopic_pipelines.hooks import (
+    END_REASON,
+    OWNER_HOST,
+    OWNER_PID,
+    OWNER_START,
+    fail_orphaned_runs,
+    git_commit,
+    owner_is_dead,
+    owner_tags,
+    process_start,
+    run_name,
+)
 
 
 def test_run_name_says_pipeline_and_environment() -> None:
@@ -35,3 +53,161 @@ def test_git_commit_and_dirty_flag_outside_and_inside_a_repository(tmp_path: Pat
     assert git_commit(tmp_path) == {"mlflow.source.git.commit": head, "git_dirty": "false"}
     (tmp_path / "a.txt").write_text("two")
     assert git_commit(tmp_path) == {"mlflow.source.git.commit": head, "git_dirty": "true"}
+
+
+# --- killed runs: a real sqlite store, real processes --------------------------------------
+
+
+@pytest.fixture
+def client(tmp_path: Path):
+    from mlflow.tracking import MlflowClient
+
+    store = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")  # never the project's mlflow.db
+    store.create_experiment("fedtopic_pipelines")
+    return store
+
+
+def _dead_process() -> tuple[int, str]:
+    """The pid and recorded start of a process that ran on this host and has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    start = process_start(child.pid)
+    child.kill()
+    child.wait()
+    assert start is not None and process_start(child.pid) is None
+    return child.pid, start
+
+
+def _run(client, tags: dict[str, str], parent: str | None = None) -> str:
+    experiment = client.get_experiment_by_name("fedtopic_pipelines").experiment_id
+    if parent is not None:
+        tags = {**tags, "mlflow.parentRunId": parent}
+    return client.create_run(experiment, tags=tags).info.run_id
+
+
+def test_runs_of_dead_processes_on_this_host_are_marked_failed_others_left_alone(client) -> None:
+    host = socket.gethostname()
+    dead_pid, dead_start = _dead_process()
+    me = owner_tags()
+    assert me == {OWNER_HOST: host, OWNER_PID: str(os.getpid()), OWNER_START: process_start(os.getpid())}
+    killed = _run(client, {OWNER_HOST: host, OWNER_PID: str(dead_pid), OWNER_START: dead_start})
+    nested = _run(client, {}, parent=killed)  # a nested run (synthetic pipeline) of the killed one
+    reused = _run(client, {**me, OWNER_START: dead_start})  # our pid, another start: the pid was reused
+    alive = _run(client, me)
+    elsewhere = _run(client, {OWNER_HOST: f"not-{host}", OWNER_PID: str(dead_pid), OWNER_START: dead_start})
+    untagged = _run(client, {})  # before owner tags existed: cannot tell, never touched
+    finished = _run(client, {OWNER_HOST: host, OWNER_PID: str(dead_pid), OWNER_START: dead_start})
+    client.set_terminated(finished, "FINISHED")
+
+    assert sorted(fail_orphaned_runs(client)) == sorted([killed, nested, reused])
+
+    def status(run_id: str) -> tuple[str, str | None]:
+        run = client.get_run(run_id)
+        return run.info.status, run.data.tags.get(END_REASON)
+
+    assert status(killed)[0] == "FAILED" and f"process {dead_pid} on {host} is no longer running" in status(killed)[1]
+    assert status(nested) == status(killed)
+    assert status(reused)[0] == "FAILED" and "the pid now belongs to another process" in status(reused)[1]
+    for run_id in (alive, elsewhere, untagged):
+        assert status(run_id) == ("RUNNING", None)
+    assert status(finished) == ("FINISHED", None)
+    assert fail_orphaned_runs(client) == []  # nothing left to fail
+
+
+def test_owner_is_dead_judges_only_this_host_and_recorded_pids() -> None:
+    host = socket.gethostname()
+    dead_pid, dead_start = _dead_process()
+    assert owner_is_dead({OWNER_HOST: host, OWNER_PID: str(dead_pid), OWNER_START: dead_start}) is not None
+    assert owner_is_dead(owner_tags()) is None
+    assert owner_is_dead({OWNER_HOST: "elsewhere", OWNER_PID: str(dead_pid)}) is None
+    assert owner_is_dead({OWNER_HOST: host, OWNER_PID: ""}) is None
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_ends_the_mlflow_run_as_killed_and_the_process_promptly(tmp_path: Path) -> None:
+    """`timeout` and CI send SIGTERM: the run is KILLED, not RUNNING forever, and kedro dies of it."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.test_end_to_end import BIN, _copy_project, _env
+
+    project = _copy_project(tmp_path)
+    process = subprocess.Popen(
+        [str(BIN / "kedro"), "run", "--env=smoke"],
+        cwd=project,
+        env=_env(COLUMNS="300"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = []
+    try:
+        for line in process.stdout:  # until the MLflow run has started and nodes run
+            output.append(line)
+            if "MLflow run 'all@smoke'" in line:
+                break
+        time.sleep(2)
+        assert process.poll() is None, "".join(output)[-3000:]
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=60)
+        waited = time.monotonic() - signalled
+    finally:
+        process.kill()
+    log = "".join(output) + rest
+    assert process.returncode == -signal.SIGTERM, log[-3000:]  # dies of the signal: 143 in a shell
+    assert waited < 15, waited
+    assert "SIGTERM received: ending MLflow run" in log
+    assert not (project / "data/08_reporting/metrics.json").exists()  # it was stopped mid-run
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("fedtopic_pipelines").experiment_id])
+    assert run.info.status == "KILLED" and run.info.end_time is not None
+    assert run.data.tags[END_REASON] == f"SIGTERM received by process {process.pid} on {socket.gethostname()}"
+    assert run.data.tags[OWNER_PID] == str(process.pid)
+
+
+def _sleep() -> None:
+    time.sleep(60)
+
+
+def test_hook_tags_the_owner_fails_orphans_and_a_forked_worker_sigterm_leaves_the_run_alone(client) -> None:
+    """The hook in this process: a worker forked during the run (multiprocessing) inherits the
+    SIGTERM handler, and ``Pool.terminate`` sends it SIGTERM; that must not end the run."""
+    import multiprocessing
+
+    import mlflow
+
+    from fedtopic_pipelines.hooks import KilledRunsHook
+
+    dead_pid, dead_start = _dead_process()
+    orphan = _run(client, {OWNER_HOST: socket.gethostname(), OWNER_PID: str(dead_pid), OWNER_START: dead_start})
+    hook, before = KilledRunsHook(), signal.getsignal(signal.SIGTERM)
+    mlflow.set_tracking_uri(client.tracking_uri)
+    try:
+        with mlflow.start_run(experiment_id=client.get_experiment_by_name("fedtopic_pipelines").experiment_id) as run:
+            hook.before_pipeline_run({}, None, None)
+            assert signal.getsignal(signal.SIGTERM) == hook._on_sigterm
+            worker = multiprocessing.get_context("fork").Process(target=_sleep)
+            worker.start()
+            worker.terminate()  # SIGTERM
+            worker.join(30)
+            assert worker.exitcode == -signal.SIGTERM
+            assert client.get_run(run.info.run_id).info.status == "RUNNING"
+            hook.after_pipeline_run({}, None, None)
+        assert signal.getsignal(signal.SIGTERM) == before  # put back
+    finally:
+        hook._restore()
+        mlflow.set_tracking_uri("")
+    assert client.get_run(run.info.run_id).data.tags[OWNER_PID] == str(os.getpid())
+    assert client.get_run(orphan).info.status == "FAILED"
+
+
+def test_kill_run_ends_the_run_and_its_running_nested_runs_as_killed(client) -> None:
+    from fedtopic_pipelines.hooks import kill_run
+
+    parent = _run(client, owner_tags())
+    nested = _run(client, {}, parent=parent)
+    done = _run(client, {}, parent=parent)
+    client.set_terminated(done, "FINISHED")
+    kill_run(client, parent, "SIGTERM received by process 1 on h")
+    for run_id, status in ((parent, "KILLED"), (nested, "KILLED"), (done, "FINISHED")):
+        assert client.get_run(run_id).info.status == status
+    assert client.get_run(nested).data.tags[END_REASON] == "SIGTERM received by process 1 on h"

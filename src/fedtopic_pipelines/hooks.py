@@ -1,10 +1,16 @@
 """Project hooks: parameters checked before anything runs, MLflow runs a user can tell
-apart, and an INFO line for each start-up phase that takes time."""
+apart, killed runs that do not stay RUNNING, and an INFO line for each start-up phase that
+takes time."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -153,3 +159,211 @@ class StartupPhasesHook:
             len(list(catalog.keys())),
             time.perf_counter() - self._started,
         )
+
+
+# Tags that say which process owns a run, so that a later start can tell a dead owner from a
+# live one without guessing: the host, the pid, and the process's start time (pids are reused).
+OWNER_HOST = "fedtopic.owner.host"
+OWNER_PID = "fedtopic.owner.pid"
+OWNER_START = "fedtopic.owner.start"
+END_REASON = "fedtopic.end_reason"
+_END_TIMEOUT_S = 10.0  # a SIGTERM'd run still exits within this even if the store is locked
+
+
+def process_start(pid: int) -> str | None:
+    """``<boot id>:<start ticks>`` of a live process (None when there is no such process or it
+    is a zombie): equal only for the same process, as a reused pid starts at another tick."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after "(comm)", which may hold spaces
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped: dead for our purpose
+        return None
+    return f"{boot}:{fields[19]}"  # field 22 of proc(5): starttime, in clock ticks after boot
+
+
+def _pid_alive(pid: int) -> bool:
+    """Liveness where /proc is missing (not Linux): no start time to compare, so a live pid
+    counts as the owner (a run is never failed on a guess)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def owner_tags() -> dict[str, str]:
+    """The tags that name this process as a run's owner."""
+    pid = os.getpid()
+    return {OWNER_HOST: socket.gethostname(), OWNER_PID: str(pid), OWNER_START: process_start(pid) or ""}
+
+
+def owner_is_dead(tags: dict[str, str], hostname: str | None = None) -> str | None:
+    """Why a run's owner is known to be dead (None when it is alive, unknown or elsewhere).
+
+    Only runs of this host with a recorded pid are judged: a run of another host, or one
+    started before these tags existed, is never touched."""
+    if tags.get(OWNER_HOST) != (hostname or socket.gethostname()) or not tags.get(OWNER_PID, "").isdigit():
+        return None
+    pid, recorded = int(tags[OWNER_PID]), tags.get(OWNER_START, "")
+    if Path("/proc/self/stat").exists():
+        current = process_start(pid)
+        if current is None:
+            return f"its process {pid} on {tags[OWNER_HOST]} is no longer running (killed, e.g. SIGKILL, or crashed)"
+        if recorded and current != recorded:
+            return f"its process {pid} on {tags[OWNER_HOST]} is gone (the pid now belongs to another process)"
+        return None
+    if _pid_alive(pid):
+        return None
+    return f"its process {pid} on {tags[OWNER_HOST]} is no longer running (killed, e.g. SIGKILL, or crashed)"
+
+
+def fail_orphaned_runs(client: Any, skip: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Mark FAILED, with tag ``fedtopic.end_reason``, every RUNNING run whose owner process on
+    this host is dead, and its RUNNING nested runs; return their ids."""
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
+        return []
+    host = socket.gethostname()
+    running = client.search_runs(
+        experiments, filter_string=f"attributes.status = 'RUNNING' and tags.`{OWNER_HOST}` = '{host}'"
+    )
+    failed: list[str] = []
+    for run in running:
+        if run.info.run_id in skip:
+            continue
+        reason = owner_is_dead(run.data.tags, host)
+        if reason is None:
+            continue
+        note = f"left RUNNING: {reason}; marked FAILED by the next kedro run (pid {os.getpid()})"
+        for run_id in [*_running_children(client, experiments, run.info.run_id), run.info.run_id]:
+            client.set_tag(run_id, END_REASON, note)
+            client.set_terminated(run_id, "FAILED")
+            failed.append(run_id)
+        logger.warning("MLflow run '%s' (%s) %s", run.info.run_name, run.info.run_id, note)
+    return failed
+
+
+def _running_children(client: Any, experiments: list[str], run_id: str) -> list[str]:
+    children = client.search_runs(
+        experiments, filter_string=f"attributes.status = 'RUNNING' and tags.`mlflow.parentRunId` = '{run_id}'"
+    )
+    return [child.info.run_id for child in children]
+
+
+def kill_run(client: Any, run_id: str, reason: str) -> None:
+    """End a run and its RUNNING nested runs as KILLED, saying why."""
+    run = client.get_run(run_id)
+    for child in _running_children(client, [run.info.experiment_id], run_id):
+        client.set_tag(child, END_REASON, reason)
+        client.set_terminated(child, "KILLED")
+    client.set_tag(run_id, END_REASON, reason)
+    client.set_terminated(run_id, "KILLED")
+
+
+class KilledRunsHook:
+    """A killed ``kedro run`` must not stay RUNNING in MLflow forever.
+
+    kedro-mlflow ends a run when the pipeline finishes or raises, but SIGTERM (``timeout``,
+    CI cancelling a job) and SIGKILL end the process before either. So each run records its
+    owner (host, pid, process start time) as tags; on SIGTERM the run and its nested runs are
+    ended as KILLED and the process then dies of the signal as it would have (status 143);
+    and every start marks FAILED the runs this host's dead processes left RUNNING (SIGKILL,
+    power loss), leaving alone those of live processes and of other hosts.
+    """
+
+    def __init__(self) -> None:
+        self._installed = False
+        self._previous: Any = None
+        self._run_id: str | None = None
+        self._pid = os.getpid()
+
+    @hook_impl(trylast=True)  # after kedro-mlflow's own before_pipeline_run has started the run
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        run = mlflow.active_run()
+        if run is None:  # tracking disabled for this pipeline
+            return
+        mlflow.set_tags(owner_tags())
+        self._run_id = run.info.run_id
+        fail_orphaned_runs(MlflowClient(), skip={run.info.run_id})
+        # only the main thread can set a handler; a SIGTERM someone chose to ignore stays ignored
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._installed, self._pid = True, os.getpid()
+            _INSTALLED.append(self)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        from mlflow.tracking import MlflowClient
+
+        if os.getpid() != self._pid:  # a forked worker kept the handler (see _before_fork)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        run_id = self._run_id
+        logger.warning("SIGTERM received: ending MLflow run %s as KILLED", run_id)
+        reason = f"SIGTERM received by process {os.getpid()} on {socket.gethostname()}"
+        # In a thread with a bound wait: the interrupted frame may hold the sqlite store's lock.
+        if run_id is not None:
+            worker = threading.Thread(target=kill_run, args=(MlflowClient(), run_id, reason), daemon=True)
+            worker.start()
+            worker.join(_END_TIMEOUT_S)
+        previous = self._restore()
+        if callable(previous):  # a handler set before the run decides what SIGTERM does next
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signum)  # the default action now: die of SIGTERM, as without this hook
+
+    def _restore(self) -> Any:
+        """Put back the SIGTERM handler this run replaced (the default one when it had none)."""
+        previous, installed = self._previous, self._installed
+        self._previous, self._installed, self._run_id = None, False, None
+        if self in _INSTALLED:
+            _INSTALLED.remove(self)
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        return previous
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        self._restore()
+
+    @hook_impl
+    def on_pipeline_error(self, error: Exception, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        self._restore()
+
+
+_INSTALLED: list[KilledRunsHook] = []
+
+
+def _before_fork() -> None:
+    """A worker forked during a run (multiprocessing's default on Linux) must start with
+    SIGTERM's default action, not this run's handler: ``Pool.terminate`` has to kill it at
+    once, even while it is blocked in a lock copied mid-use from another thread, where a
+    Python-level handler would never run. So the default is put back for the instant of the
+    fork (as without this hook) and the handler reinstalled in the parent."""
+    if _INSTALLED:
+        with contextlib.suppress(ValueError):  # forking from another thread: cannot change it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _after_fork_in_parent() -> None:
+    if _INSTALLED:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, _INSTALLED[-1]._on_sigterm)
+
+
+def _after_fork_in_child() -> None:
+    for hook in _INSTALLED:  # the run is the parent's: nothing here ends it or restores handlers
+        hook._installed, hook._previous, hook._run_id = False, None, None
+    _INSTALLED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
