@@ -230,6 +230,9 @@ class PreprocessConfig(ConfigModel):
     alphabetic_only: bool = True
     processes: PositiveInt | None = None
     chunk_documents: PositiveInt = 2000
+    # A longer document is truncated at the last whitespace before this many characters and
+    # counted in the report; null: no limit (docs/ingestion.md#long-documents).
+    max_document_chars: PositiveInt | None = 1_000_000
 
 
 class ConsensusConfig(ConfigModel):

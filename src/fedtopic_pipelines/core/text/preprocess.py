@@ -39,19 +39,35 @@ from fedtopic_pipelines.core.ingest.common import (
     write_parquet_atomic,
 )
 from fedtopic_pipelines.core.text.demo import CorpusError
-from fedtopic_pipelines.core.text.tokenize import tokenize_documents
+from fedtopic_pipelines.core.text.tokenize import TokenizeError, tokenize_documents
 
 logger = logging.getLogger(__name__)
 
 TOKEN_COLUMNS = ["doc_id", "organisation", "label", "split", "tokens"]
 # With ``processes: null``, below this many documents a pool costs more (spawn, imports) than it saves.
 PARALLEL_MIN_DOCUMENTS = 20_000
+# The report lists the ids of at most this many truncated documents (all are counted).
+TRUNCATED_IDS_REPORTED = 20
+
+# one chunk of one shard: (shard, texts, config, organisation, row of its first text, doc_ids)
+Chunk = tuple[int, list[str], PreprocessConfig, str, int, list[str]]
 
 
-def tokenize_chunk(item: tuple[int, list[str], PreprocessConfig]) -> tuple[int, list[list[str]]]:
-    """Worker entry point: one chunk of one shard."""
-    shard, texts, config = item
-    return shard, tokenize_documents(texts, config)
+def tokenize_chunk(item: Chunk) -> tuple[int, list[list[str]], list[str]]:
+    """Worker entry point: one chunk of one shard. Returns its token lists and the doc_ids of its
+    documents truncated at ``max_document_chars``; a tokenizer's error names the organisation and row."""
+    shard, texts, config, org, first_row, doc_ids = item
+    try:
+        docs = tokenize_documents(texts, config)
+    except TokenizeError as exc:
+        row = first_row + exc.index
+        raise CorpusError(
+            f"organisation '{org}', row {row} (doc_id '{doc_ids[exc.index]}', {len(texts[exc.index]):,} characters): "
+            f"'preprocess.tokenizer' = {config.tokenizer} failed: {exc.message}"
+        ) from exc
+    limit = config.max_document_chars
+    truncated = [d for d, text in zip(doc_ids, texts, strict=True) if limit is not None and len(text) > limit]
+    return shard, docs, truncated
 
 
 def document_frequency_window(config: PreprocessConfig, n_train: int) -> tuple[int, float]:
@@ -147,7 +163,7 @@ def check_organisations(
 class PreprocessResult:
     tokens: ShardedTable
     term_counts: dict[str, int]
-    report: dict[str, float] = field(default_factory=dict)
+    report: dict[str, object] = field(default_factory=dict)
 
 
 def preprocess_shards(
@@ -165,17 +181,23 @@ def preprocess_shards(
     org = "?"
     frames: list[pd.DataFrame] = []  # at most one shard's metadata at a time
 
-    def chunks() -> Iterator[tuple[int, list[str], PreprocessConfig]]:
+    def chunks() -> Iterator[Chunk]:
+        row = 0
         for shard, frame in enumerate(iter_frames(raw)):
             frames.append(frame.drop(columns=["text"]))
             texts = frame["text"].astype(str).tolist()
+            ids = frame["doc_id"].astype(str).tolist()
+            name = str(frame["organisation"].iloc[0]) if len(frame) else "?"
             for begin in range(0, max(len(texts), 1), config.chunk_documents):
-                yield shard, texts[begin : begin + config.chunk_documents], config
+                end = begin + config.chunk_documents
+                yield shard, texts[begin:end], config, name, row + begin, ids[begin:end]
+            row += len(texts)
 
     pending: list[list[str]] = []
     current = 0
     progress = tqdm(total=total, desc="tokenise", unit="doc", leave=False)
     written: list[Path] = []
+    truncated: list[str] = []
 
     def flush(shard: int) -> None:
         nonlocal n_train, documents_in, org
@@ -194,15 +216,25 @@ def preprocess_shards(
         written.append(path)
         pending.clear()
 
-    for shard, docs in ordered_map(tokenize_chunk, chunks(), processes):
+    for shard, docs, cut in ordered_map(tokenize_chunk, chunks(), processes):
         while shard != current:
             flush(current)
             current += 1
         pending.extend(docs)
+        truncated += cut
         progress.update(len(docs))
     if frames:
         flush(current)
     progress.close()
+    if truncated:
+        logger.warning(
+            "preprocess %s: %d document(s) longer than 'preprocess.max_document_chars' = %s characters were "
+            "truncated (first: %s)",
+            org,
+            len(truncated),
+            f"{config.max_document_chars:,}",
+            ", ".join(truncated[:5]),
+        )
     if n_train == 0:
         shutil.rmtree(staging, ignore_errors=True)
         raise CorpusError(f"organisation '{org}' has no training documents to preprocess")
@@ -241,6 +273,9 @@ def preprocess_shards(
         "documents_in": documents_in,
         "documents_out": documents_out,
         "dropped_empty_after_cleaning": empty,
+        "documents_truncated": len(truncated),
+        "max_document_chars": config.max_document_chars,
+        "truncated_doc_ids": truncated[:TRUNCATED_IDS_REPORTED],
         "terms_removed_by_document_frequency": removed,
         "min_df_documents": min_docs,
         "max_df_documents": max_docs,
