@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from unittest.mock import patch
 
 import numpy as np
 import pandas as pd
@@ -209,3 +210,42 @@ def test_svm_minimum_documents_matches_the_classifier_rule() -> None:
         features = np.eye(least)
         assert svm_macro_f1(features, labels, test_size, 1.0, 0) is not None
         assert svm_macro_f1(features[:-1], labels[:-1], test_size, 1.0, 0) is None
+
+
+def test_a_document_over_max_document_chars_is_truncated_and_counted(tmp_path, caplog) -> None:
+    frame = corpus(300)
+    long_row = 7
+    frame.loc[long_row, "text"] = "rocket orbit " * 50 + "hockey " * 1000  # 7,650 characters
+    frame.loc[long_row, "split"] = "train"
+    config = PreprocessConfig(min_df=1, max_df=1.0, max_document_chars=650, processes=1)
+    with caplog.at_level("WARNING"):
+        result = preprocess_shards(sharded(frame, tmp_path, 100), config)
+    assert result.report["documents_truncated"] == 1
+    assert result.report["truncated_doc_ids"] == [f"o:{long_row}"]
+    assert result.report["max_document_chars"] == 650
+    assert "preprocess o: 1 document(s) longer than 'preprocess.max_document_chars'" in caplog.text
+    tokens = result.tokens.to_frame().set_index("doc_id")["tokens"]
+    assert tokens[f"o:{long_row}"].split() == ["rocket", "orbit"] * 50  # the first 650 characters, no word cut
+    # without a limit the whole document is kept and nothing is counted
+    whole = preprocess_shards(frame, PreprocessConfig(min_df=1, max_df=1.0, max_document_chars=None))
+    assert whole.report["documents_truncated"] == 0
+    assert whole.tokens.to_frame().set_index("doc_id")["tokens"][f"o:{long_row}"].split().count("hockey") == 1000
+
+
+def test_a_tokenizer_error_names_the_organisation_and_row(tmp_path) -> None:
+    frame = corpus(300)
+
+    def fail_on_poison(text: str) -> list[str]:
+        if "poison" in text:
+            raise TimeoutError("regular-expression match exceeded its 5.0s time limit ... (ReDoS)")
+        return text.split()
+
+    frame.loc[213, "text"] = "poison"
+    with patch("fedtopic_pipelines.core.text.tokenize._tokenizer", return_value=fail_on_poison):
+        with pytest.raises(CorpusError, match=r"organisation 'o', row 213 \(doc_id 'o:213', 6 characters\).*ReDoS"):
+            preprocess_shards(sharded(frame, tmp_path, 100), PreprocessConfig(min_df=1, chunk_documents=50))
+
+
+def test_max_document_chars_is_validated() -> None:
+    with pytest.raises(ConfigError, match="max_document_chars"):
+        from_mapping(PreprocessConfig, {"max_document_chars": 0}, "preprocess")
