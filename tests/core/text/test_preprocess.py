@@ -241,9 +241,12 @@ def test_a_tokenizer_error_names_the_organisation_and_row(tmp_path) -> None:
         return text.split()
 
     frame.loc[213, "text"] = "poison"
-    with patch("fedtopic_pipelines.core.text.tokenize._tokenizer", return_value=fail_on_poison):
-        with pytest.raises(CorpusError, match=r"organisation 'o', row 213 \(doc_id 'o:213', 6 characters\).*ReDoS"):
-            preprocess_shards(sharded(frame, tmp_path, 100), PreprocessConfig(min_df=1, chunk_documents=50))
+    expected = r"organisation 'o', row 213 \(doc_id 'o:213', 6 characters\).*ReDoS"
+    with (
+        patch("fedtopic_pipelines.core.text.tokenize._tokenizer", return_value=fail_on_poison),
+        pytest.raises(CorpusError, match=expected),
+    ):
+        preprocess_shards(sharded(frame, tmp_path, 100), PreprocessConfig(min_df=1, chunk_documents=50))
 
 
 def test_max_document_chars_is_validated() -> None:

@@ -80,9 +80,11 @@ def test_a_tokenizer_error_names_the_document() -> None:
     def fail(piece: str) -> list[str]:
         raise TimeoutError("regular-expression match exceeded its 5.0s time limit")
 
-    with patch("fedtopic_pipelines.core.text.tokenize._tokenizer", return_value=fail):
-        with pytest.raises(TokenizeError, match=r"document 0: TimeoutError: regular-expression") as info:
-            tokenize_documents(["a rocket"], PreprocessConfig())
+    with (
+        patch("fedtopic_pipelines.core.text.tokenize._tokenizer", return_value=fail),
+        pytest.raises(TokenizeError, match=r"document 0: TimeoutError: regular-expression") as info,
+    ):
+        tokenize_documents(["a rocket"], PreprocessConfig())
     assert info.value.index == 0
 
 
