@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--after", required=True, help="src folder of the tree under test")
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[10, 20])
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     rows = ["| size | tree | seconds | tokens kept | error |", "|---|---|---|---|---|"]
     for mb in args.sizes_mb:
         for name, src in (("before", args.before), ("after", args.after)):

@@ -36,8 +36,15 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     scripts = {p.name for p in BENCH.glob("*.py") if p.name not in {"common.py", "dumpgen.py", "ctm_runner.py"}}
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
-    tested |= {"screen_normalisation.py", "demo_pooled_coherence.py"}
+    tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py"}
     assert scripts == tested, scripts ^ tested
+
+
+def test_bench_long_document_smoke() -> None:
+    src = str(PROJECT / "src")
+    out = run_bench("bench_long_document.py", "--before", src, "--after", src, "--sizes-mb", "0.3")
+    rows = [line for line in out.splitlines() if line.startswith("| 0.3 MB |")]
+    assert len(rows) == 4 and all(row.endswith("|  |") for row in rows), out  # logged, then tabled; no error
 
 
 def test_bench_training_smoke() -> None:
