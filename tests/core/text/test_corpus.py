@@ -88,6 +88,12 @@ def test_unknown_format_and_malformed_file(tmp_path: Path) -> None:
         CorpusError, match=r"bad.csv' has no usable record; 1 malformed \(first: line 2, not valid UTF-8"
     ):
         load_table(tmp_path / "bad.csv")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(CorpusError, match=r"empty.jsonl' has no usable record$"):
+        load_table(tmp_path / "empty.jsonl")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(CorpusError, match=r"empty.csv' is empty: no header line"):
+        load_table(tmp_path / "empty.csv")
 
 
 def test_a_bad_jsonl_line_is_skipped_with_its_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

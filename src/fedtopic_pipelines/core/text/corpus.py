@@ -197,7 +197,7 @@ def _read_jsonl(path: Path) -> SourceTable:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                skipped.append(SkippedRecord(str(path), number, f"invalid JSON: {exc}"))
+                skipped.append(SkippedRecord(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})"))
                 continue
             if not isinstance(record, dict):
                 skipped.append(SkippedRecord(str(path), number, f"not a JSON object ({type(record).__name__})"))
@@ -235,8 +235,11 @@ def load_table(path: Path) -> SourceTable:
             "%s: skipped %d malformed records (first: line %d, %s)", path, len(table.skipped), first.line, first.reason
         )
     if table.frame.empty:
-        detail = f"; {len(table.skipped)} malformed (first: line {table.skipped[0].line}, {table.skipped[0].reason})"
-        raise CorpusError(f"table '{path}' has no usable record" + (detail if table.skipped else ""))
+        detail = ""
+        if table.skipped:
+            first = table.skipped[0]
+            detail = f"; {len(table.skipped)} malformed (first: line {first.line}, {first.reason})"
+        raise CorpusError(f"table '{path}' has no usable record{detail}")
     return table
 
 
