@@ -65,6 +65,7 @@ def test_user_tables_in_three_formats(tmp_path: Path, suffix: str) -> None:
     # lines in the file: a CSV's header is line 1, a Parquet table has row numbers
     expected = [3, 4] if suffix == ".csv" else [2, 3]
     assert [r.line for r in raw.skipped] == expected
+    assert [r.reason for r in raw.skipped] == ["empty or non-text 'body'", "empty 'org'"]
 
 
 def test_missing_text_column_names_file_and_parameter(tmp_path: Path) -> None:

@@ -177,7 +177,7 @@ def _read_csv(path: Path) -> SourceTable:
         raise CorpusError(f"table '{path}' is empty: no header line")
     frame = pd.DataFrame(rows, columns=header, dtype=object)
     # csv gives "" for an empty cell; pandas' reader gave NaN: keep that meaning
-    frame = frame.replace("", None) if len(frame) else frame
+    frame = frame.where(frame != "", None)
     return SourceTable(frame, str(path), np.asarray(lines, dtype=np.int64), skipped)
 
 
