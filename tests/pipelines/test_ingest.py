@@ -77,6 +77,32 @@ def test_ingest_table_slice() -> None:
     assert out["clients.a.raw_documents"]["text"].tolist() == ["rocket"]
     assert out["ingestion_report_table"]["dropped"] == {"no_configured_organisation": 1}
     assert out["ingestion_report_table"]["skipped"][0]["line"] == 3
+    assert out["ingestion_report_table"]["not_configured"] == {"organisations": {"zz": 1}, "first_lines": [4]}
+
+
+def test_ingest_table_slice_skips_bad_records_of_a_file(tmp_path) -> None:
+    from fedtopic_pipelines.datasets import DocumentTableDataset
+
+    path = tmp_path / "docs.csv"
+    path.write_bytes(b"body,site\nrocket,a\nextra,a,field\nhockey,b\n\xff,a\nrocket,b\ndisk,zz\n")
+    params = {"text_column": "body", "organisation_column": "site", "test_fraction": 0.0}
+    out = run_slice(
+        ingest_table.create_pipeline(["a", "b"]),
+        {
+            "document_table": DocumentTableDataset(str(path)).load(),
+            "params:organisations": ["a", "b"],
+            "params:ingest_table": params,
+        },
+    )
+    report = out["ingestion_report_table"]
+    assert out["clients.a.raw_documents"]["text"].tolist() == ["rocket"]
+    assert out["clients.b.raw_documents"]["doc_id"].tolist() == ["b:train:4"]
+    assert [(r["line"], r["reason"]) for r in report["skipped"]] == [
+        (3, "3 fields, expected 2"),
+        (5, "not valid UTF-8"),
+        (6, "duplicate text of line 2 (kept)"),
+    ]
+    assert report["documents_read"] == 6 and report["not_configured"]["first_lines"] == [7]
 
 
 # Streaming corpora --------------------------------------------------------------------------------

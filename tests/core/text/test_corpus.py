@@ -3,7 +3,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedtopic_pipelines.core.text.corpus import assign_by_label, load_table, partition_corpus, table_to_raw
+from fedtopic_pipelines.core.text.corpus import (
+    SourceTable,
+    assign_by_label,
+    load_table,
+    partition_corpus,
+    table_to_raw,
+)
 from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus
 
 
@@ -56,7 +62,10 @@ def test_user_tables_in_three_formats(tmp_path: Path, suffix: str) -> None:
     }[suffix]()
     raw = table_to_raw(load_table(path), "body", "org")
     assert raw.documents["text"].tolist() == ["rocket launch"]
-    assert [r.line for r in raw.skipped] == [2, 3]
+    # lines in the file: a CSV's header is line 1, a Parquet table has row numbers
+    expected = [3, 4] if suffix == ".csv" else [2, 3]
+    assert [r.line for r in raw.skipped] == expected
+    assert [r.reason for r in raw.skipped] == ["empty or non-text 'body'", "empty 'org'"]
 
 
 def test_missing_text_column_names_file_and_parameter(tmp_path: Path) -> None:
@@ -70,9 +79,95 @@ def test_unknown_format_and_malformed_file(tmp_path: Path) -> None:
     (tmp_path / "docs.txt").write_text("x")
     with pytest.raises(CorpusError, match="unsupported format"):
         load_table(tmp_path / "docs.txt")
-    (tmp_path / "bad.jsonl").write_text('{"text": "a", "org": "x"}\n{not json\n')
-    with pytest.raises(CorpusError, match="bad.jsonl' could not be parsed"):
+    (tmp_path / "bad.jsonl").write_text('{not json\n["a list"]\n')
+    with pytest.raises(
+        CorpusError, match=r"bad.jsonl' has no usable record; 2 malformed \(first: line 1, invalid JSON"
+    ):
         load_table(tmp_path / "bad.jsonl")
+    (tmp_path / "bad.csv").write_bytes(b"text,org\n\xff\xfe,a\n")
+    with pytest.raises(
+        CorpusError, match=r"bad.csv' has no usable record; 1 malformed \(first: line 2, not valid UTF-8"
+    ):
+        load_table(tmp_path / "bad.csv")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(CorpusError, match=r"empty.jsonl' has no usable record$"):
+        load_table(tmp_path / "empty.jsonl")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(CorpusError, match=r"empty.csv' is empty: no header line"):
+        load_table(tmp_path / "empty.csv")
+
+
+def test_a_bad_jsonl_line_is_skipped_with_its_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(
+        b'{"text": "rocket launch", "org": "s"}\n{not json\n\n["a list"]\n'
+        b'{"text": "caf\xe9", "org": "s"}\n{"text": "hockey goal", "org": "s"}\n'
+    )
+    with caplog.at_level("WARNING"):
+        raw = table_to_raw(load_table(path), "text", "org")
+    assert raw.documents["text"].tolist() == ["rocket launch", "hockey goal"]
+    assert raw.documents["source_line"].tolist() == [1, 6]
+    assert [(r.line, r.reason.split(":")[0]) for r in raw.skipped] == [
+        (2, "invalid JSON"),
+        (4, "not a JSON object (list)"),
+        (5, "not valid UTF-8"),
+    ]
+    assert all(r.source == str(path) for r in raw.skipped)
+    assert "skipped 3 malformed records (first: line 2" in caplog.text
+
+
+def test_a_bad_csv_row_is_skipped_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "docs.csv"
+    path.write_bytes(b'text,org\nrocket launch,s\none,too,many\n"multi\nline text",s\ncaf\xe9 menu,s\nhockey goal,s\n')
+    raw = table_to_raw(load_table(path), "text", "org")
+    assert raw.documents["text"].tolist() == ["rocket launch", "multi\nline text", "hockey goal"]
+    assert raw.documents["source_line"].tolist() == [2, 4, 7]
+    assert [(r.line, r.reason) for r in raw.skipped] == [(3, "3 fields, expected 2"), (6, "not valid UTF-8")]
+
+
+def test_gzip_tables_are_read_record_by_record(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "docs.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"text": "a b", "org": "s"}\n{bad\n'))
+    table = load_table(path)
+    assert table.frame["text"].tolist() == ["a b"] and [r.line for r in table.skipped] == [2]
+
+
+def test_duplicate_texts_keep_the_first_copy_only(tmp_path: Path) -> None:
+    path = tmp_path / "docs.csv"
+    pd.DataFrame(
+        {
+            "text": ["same text", "other", " same text ", "same text"],
+            "org": ["a", "a", "b", "a"],
+            "split": ["train", "train", "test", "test"],
+        }
+    ).to_csv(path, index=False)
+    raw = table_to_raw(load_table(path), "text", "org", split_column="split")
+    assert raw.documents["text"].tolist() == ["same text", "other"]
+    assert set(raw.documents["split"]) == {"train"}
+    assert [(r.line, r.reason) for r in raw.skipped] == [
+        (4, "duplicate text of line 2 (kept)"),
+        (5, "duplicate text of line 2 (kept)"),
+    ]
+
+
+def test_duplicates_never_straddle_the_random_split(tmp_path: Path) -> None:
+    texts = [f"document {i % 7}" for i in range(60)]
+    raw = table_to_raw(SourceTable(pd.DataFrame({"text": texts, "org": "a"}), "mem.csv"), "text", "org", seed=3)
+    splits = raw.documents.groupby("text")["split"].nunique()
+    assert len(splits) == 7 and (splits == 1).all()
+    assert len(raw.skipped) == 53
+
+
+def test_unconfigured_organisations_are_listed_with_their_lines() -> None:
+    frame = pd.DataFrame({"text": [f"t{i}" for i in range(30)], "org": ["a", "zz"] * 14 + [None, "yy"]})
+    raw = table_to_raw(SourceTable(frame, "mem.csv"), "text", "org")
+    _, report = partition_corpus(raw, raw.documents["organisation"], ["a"], "mem.csv")
+    assert report["dropped"] == {"no_configured_organisation": 15}
+    assert report["not_configured"]["organisations"] == {"yy": 1, "zz": 14}
+    assert report["not_configured"]["first_lines"] == [2 * i + 2 for i in range(14)] + [30]
+    assert report["skipped"][0]["line"] == 29  # the empty organisation, skipped earlier
 
 
 def test_missing_labels_become_empty_not_nan(tmp_path: Path) -> None:

@@ -6,11 +6,15 @@ for a user's own table (organisations from a column).
 
 from __future__ import annotations
 
+import csv
 import fnmatch
+import gzip
+import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -20,6 +24,7 @@ from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus, SkippedRec
 logger = logging.getLogger(__name__)
 
 RAW_COLUMNS = ["doc_id", "organisation", "text", "label", "split"]
+MAX_LISTED_LINES = 20  # lines of documents of unconfigured organisations listed in the report
 
 
 def assign_by_label(labels: pd.Series, mapping: Mapping[str, Sequence[str]]) -> pd.Series:
@@ -46,7 +51,8 @@ def partition_corpus(
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """One raw table (doc_id, organisation, text, label, split) per organisation, plus an ingestion report.
 
-    Documents whose organisation is missing or not configured are dropped and counted;
+    Documents whose organisation is missing or not configured are dropped and counted (per
+    organisation, with the first ``MAX_LISTED_LINES`` source lines in ``not_configured``);
     ``max_documents`` optionally caps each organisation's ``train`` / ``test`` documents
     (a seeded sample, also counted). An organisation left with no document is an error
     naming it and the source.
@@ -54,8 +60,22 @@ def partition_corpus(
     docs = raw.documents.assign(organisation=organisation.to_numpy())
     unassigned = docs["organisation"].isna() | ~docs["organisation"].isin(list(organisations))
     dropped: dict[str, int] = {}
+    unconfigured: dict = {}
     if unassigned.any():
         dropped["no_configured_organisation"] = int(unassigned.sum())
+        lost = docs.loc[unassigned]
+        names = lost["organisation"].fillna("<none>").astype(str)
+        unconfigured = {
+            "organisations": {str(k): int(v) for k, v in names.value_counts().sort_index().items()},
+            "first_lines": [int(x) for x in lost["source_line"].head(MAX_LISTED_LINES)],
+        }
+        logger.warning(
+            "%s: %d documents of organisations not configured (%s), first lines %s",
+            source,
+            len(lost),
+            ", ".join(list(unconfigured["organisations"])[:MAX_LISTED_LINES]),
+            unconfigured["first_lines"],
+        )
     docs = docs.loc[~unassigned]
     tables: dict[str, pd.DataFrame] = {}
     kept: dict[str, dict[str, int]] = {}
@@ -84,6 +104,7 @@ def partition_corpus(
         "kept": kept,
         "dropped": dropped,
         "skipped_records": len(raw.skipped),
+        **({"not_configured": unconfigured} if unconfigured else {}),
         "skipped": [{"source": r.source, "line": r.line, "reason": r.reason} for r in raw.skipped],
     }
     return tables, report
@@ -91,31 +112,135 @@ def partition_corpus(
 
 @dataclass(frozen=True)
 class SourceTable:
-    """A user's table as read from disk, with its path (for error messages)."""
+    """A user's table as read from disk, with its path (for error messages).
+
+    ``lines`` holds each row's line in the file (CSV: the line its record starts on,
+    the header being line 1; JSONL: its line; Parquet: its row number), default
+    1, 2, ...; ``skipped`` the malformed records left out while reading.
+    """
 
     frame: pd.DataFrame
     path: str
+    lines: np.ndarray | None = None
+    skipped: list[SkippedRecord] = field(default_factory=list)
+
+    def line_numbers(self) -> np.ndarray:
+        """Each row's line in the file (1-based positions when the reader gave none)."""
+        return np.arange(1, len(self.frame) + 1) if self.lines is None else np.asarray(self.lines)
+
+
+def _has_bad_bytes(text: str) -> bool:
+    """True when decoding with ``surrogateescape`` left a byte that is not UTF-8."""
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def _open_text(path: Path) -> IO[str]:
+    """Open a plain or gzip text file; undecodable bytes survive as surrogates, to be counted per record."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape", newline="")
+    return path.open(encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def _read_csv(path: Path) -> SourceTable:
+    """Read a CSV record by record: a row with the wrong number of fields, a byte that is not
+    UTF-8 or a quoting error is skipped and counted with its line, not fatal."""
+    skipped: list[SkippedRecord] = []
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    with _open_text(path) as handle:
+        reader = csv.reader(handle)
+        header: list[str] | None = None
+        while True:
+            start = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                skipped.append(SkippedRecord(str(path), start, f"malformed CSV: {exc}"))
+                continue
+            if not row:
+                continue  # a blank line is no record
+            if header is None:
+                if _has_bad_bytes(",".join(row)):
+                    raise CorpusError(f"table '{path}': its header (line {start}) is not valid UTF-8")
+                header = row
+                continue
+            if _has_bad_bytes("".join(row)):
+                skipped.append(SkippedRecord(str(path), start, "not valid UTF-8"))
+            elif len(row) != len(header):
+                skipped.append(SkippedRecord(str(path), start, f"{len(row)} fields, expected {len(header)}"))
+            else:
+                rows.append(row)
+                lines.append(start)
+    if header is None:
+        raise CorpusError(f"table '{path}' is empty: no header line")
+    frame = pd.DataFrame(rows, columns=header, dtype=object)
+    # csv gives "" for an empty cell; pandas' reader gave NaN: keep that meaning
+    frame = frame.where(frame != "", None)
+    return SourceTable(frame, str(path), np.asarray(lines, dtype=np.int64), skipped)
+
+
+def _read_jsonl(path: Path) -> SourceTable:
+    """Read JSON Lines one line at a time: invalid JSON, a non-object or a byte that is not
+    UTF-8 skips that line (counted with its number), like the S2ORC reader."""
+    skipped: list[SkippedRecord] = []
+    records: list[dict] = []
+    lines: list[int] = []
+    with _open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            if _has_bad_bytes(line):
+                skipped.append(SkippedRecord(str(path), number, "not valid UTF-8"))
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                skipped.append(SkippedRecord(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})"))
+                continue
+            if not isinstance(record, dict):
+                skipped.append(SkippedRecord(str(path), number, f"not a JSON object ({type(record).__name__})"))
+                continue
+            records.append(record)
+            lines.append(number)
+    return SourceTable(pd.DataFrame.from_records(records), str(path), np.asarray(lines, dtype=np.int64), skipped)
 
 
 def load_table(path: Path) -> SourceTable:
-    """Read a CSV, Parquet or JSONL table (optionally gzip-compressed CSV/JSONL)."""
+    """Read a CSV, Parquet or JSONL table (optionally gzip-compressed CSV/JSONL).
+
+    CSV and JSONL are read record by record: a malformed record is skipped, counted with
+    its line and logged; the run stops, naming the file, only when no record is usable.
+    """
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     if not path.is_file():
         raise CorpusError(f"table '{path}' does not exist")
     try:
         if suffix in (".csv", ".csv.gz"):
-            frame = pd.read_csv(path)
+            table = _read_csv(path)
         elif suffix == ".parquet":
-            frame = pd.read_parquet(path)
+            table = SourceTable(pd.read_parquet(path), str(path))
         elif suffix in (".jsonl", ".jsonl.gz"):
-            frame = pd.read_json(path, lines=True)
+            table = _read_jsonl(path)
         else:
             raise CorpusError(f"table '{path}': unsupported format {suffix!r}; use .csv, .parquet or .jsonl")
     except CorpusError:
         raise
-    except Exception as exc:  # pandas raises many types for malformed files
+    except Exception as exc:  # pandas / pyarrow / gzip raise many types for malformed files
         raise CorpusError(f"table '{path}' could not be parsed: {exc}") from exc
-    return SourceTable(frame, str(path))
+    if table.skipped:
+        first = table.skipped[0]
+        logger.warning(
+            "%s: skipped %d malformed records (first: line %d, %s)", path, len(table.skipped), first.line, first.reason
+        )
+    if table.frame.empty:
+        detail = ""
+        if table.skipped:
+            first = table.skipped[0]
+            detail = f"; {len(table.skipped)} malformed (first: line {first.line}, {first.reason})"
+        raise CorpusError(f"table '{path}' has no usable record{detail}")
+    return table
 
 
 def _is_blank(value: object) -> bool:
@@ -133,9 +258,11 @@ def table_to_raw(
 ) -> RawCorpus:
     """Bring a user's table into the raw-corpus shape.
 
-    Rows with an empty text or organisation are skipped and reported with their row
-    number; a missing column stops with the file and parameter named. Without a split
-    column, a seeded random ``test_fraction`` of the rows becomes ``test``.
+    Rows with an empty text or organisation are skipped and reported with their line; a
+    text seen before (exactly, ignoring surrounding white space) is skipped as a duplicate
+    naming the line of the copy kept (the first), so no text is both in train and test. A
+    missing column stops with the file and parameter named. Without a split column, a
+    seeded random ``test_fraction`` of the rows becomes ``test``.
     """
     frame, path = table.frame, table.path
     for param, column in (
@@ -149,15 +276,25 @@ def table_to_raw(
                 f"table '{path}' has no column {column!r} (parameter 'ingest_table.{param}'); "
                 f"columns are {list(frame.columns)}"
             )
-    skipped: list[SkippedRecord] = []
+    lines = table.line_numbers()
+    skipped: list[SkippedRecord] = list(table.skipped)
     keep = np.ones(len(frame), dtype=bool)
+    first_line: dict[str, int] = {}
+    duplicates = 0
     for position, (text, org) in enumerate(zip(frame[text_column], frame[organisation_column], strict=True)):
+        line = int(lines[position])
         if not isinstance(text, str) or not text.strip():
-            skipped.append(SkippedRecord(path, position + 1, f"empty or non-text {text_column!r}"))
+            skipped.append(SkippedRecord(path, line, f"empty or non-text {text_column!r}"))
             keep[position] = False
         elif _is_blank(org):
-            skipped.append(SkippedRecord(path, position + 1, f"empty {organisation_column!r}"))
+            skipped.append(SkippedRecord(path, line, f"empty {organisation_column!r}"))
             keep[position] = False
+        elif text.strip() in first_line:
+            skipped.append(SkippedRecord(path, line, f"duplicate text of line {first_line[text.strip()]} (kept)"))
+            keep[position] = False
+            duplicates += 1
+        else:
+            first_line[text.strip()] = line
     frame = frame.loc[keep].reset_index(drop=True)
     out = pd.DataFrame(
         {
@@ -165,7 +302,7 @@ def table_to_raw(
             # a missing label is "" (left out of classification), not the class "nan"
             "label": frame[label_column].fillna("").astype(str) if label_column else "",
             "organisation": frame[organisation_column].astype(str),
-            "source_line": np.flatnonzero(keep) + 1,
+            "source_line": lines[keep],
         }
     )
     if split_column:
@@ -176,9 +313,16 @@ def table_to_raw(
     else:
         rng = np.random.default_rng(seed)
         out["split"] = np.where(rng.random(len(out)) < test_fraction, "test", "train")
-    if skipped:
-        first = skipped[0]
-        logger.warning("%s: skipped %d rows (first: row %d, %s)", path, len(skipped), first.line, first.reason)
+    own = skipped[len(table.skipped) :]
+    if own:
+        logger.warning(
+            "%s: skipped %d rows, %d of them duplicate texts (first: line %d, %s)",
+            path,
+            len(own),
+            duplicates,
+            own[0].line,
+            own[0].reason,
+        )
     return RawCorpus(out, skipped)
 
 
