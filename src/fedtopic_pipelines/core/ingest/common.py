@@ -115,8 +115,20 @@ class IngestReport:
 
 
 def check_organisations(report: IngestReport, organisations: Sequence[str], where: str) -> None:
-    """An organisation that received no document stops the run, naming it and the rule parameter."""
+    """An organisation that received no document stops the run, naming it and the rule parameter.
+
+    Where an input file was damaged (``report.errors``), the damage is the first suspect, so
+    the message names it before the rules.
+    """
     empty = [org for org in organisations if sum(report.kept.get(org, Counter()).values()) == 0]
+    if empty and report.errors:
+        damage = "; ".join(f"'{e['file']}': {e['reason']}" for e in report.errors)
+        raise CorpusError(
+            f"organisation(s) {empty} received no document, and reading stopped early because of damaged "
+            f"input: {damage}. Only the {report.documents_read} records before the damage were read; "
+            f"replace the damaged file (if the rules in '{where}.organisations' are also too narrow, "
+            f"dropped so far: {dict(report.dropped)})"
+        )
     if empty:
         raise CorpusError(
             f"organisation(s) {empty} received no document from {report.sources}; check the rules in "

@@ -446,7 +446,6 @@ def ingest_wikipedia(
     progress.close()
     for error in report.errors:
         logger.error("%s: %s (pages read before it are kept)", error["file"], error["reason"])
-    check_damage(report, organisations)
     check_organisations(report, organisations, "ingest_wikipedia")
     if report.dropped["malformed"]:
         first = report.malformed[0]
@@ -460,19 +459,6 @@ def ingest_wikipedia(
     done = report.to_dict(organisations)
     logger.info("wikipedia: read %d pages, kept %s, dropped %s", done["documents_read"], done["kept"], done["dropped"])
     return {org: work.shards(org, units) for org in organisations}, done
-
-
-def check_damage(report: IngestReport, organisations: Sequence[str]) -> None:
-    """Organisations left empty where a dump was damaged: the damage is the first suspect, so name it first."""
-    empty = [org for org in organisations if sum(report.kept.get(org, {}).values()) == 0]
-    if empty and report.errors:
-        damage = "; ".join(f"'{e['file']}': {e['reason']}" for e in report.errors)
-        raise CorpusError(
-            f"organisation(s) {empty} received no document, and reading stopped early because of damaged "
-            f"input: {damage}. Only the {report.documents_read} pages before the damage were read; "
-            f"replace the damaged file (if the rules in 'ingest_wikipedia.organisations' are also too narrow, "
-            f"dropped so far: {dict(report.dropped)})"
-        )
 
 
 def _run(item: PlannedUnit) -> tuple[str, str, UnitResult | None]:
