@@ -1,4 +1,4 @@
-"""Project hooks: MLflow run names, the git commit of a run, killed runs."""
+"""Project hooks: MLflow run names, the git commit of a run, killed runs, one run per folder."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from fedtopic_pipelines.core.runlock import ProjectBusyError, RunLock
 from fedtopic_pipelines.hooks import (
     END_REASON,
+    LOCK_FILE,
     OWNER_HOST,
     OWNER_PID,
     OWNER_START,
@@ -146,6 +148,8 @@ def test_sigterm_mid_run_ends_the_mlflow_run_as_killed_and_the_process_promptly(
                 break
         time.sleep(2)
         assert process.poll() is None, "".join(output)[-3000:]
+        with pytest.raises(ProjectBusyError, match=rf"'kedro run, pipeline all@smoke' \(pid {process.pid} on "):
+            RunLock(project / LOCK_FILE).acquire("a second run")  # the running pipeline holds the folder
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)
@@ -162,6 +166,42 @@ def test_sigterm_mid_run_ends_the_mlflow_run_as_killed_and_the_process_promptly(
     assert run.info.status == "KILLED" and run.info.end_time is not None
     assert run.data.tags[END_REASON] == f"SIGTERM received by process {process.pid} on {socket.gethostname()}"
     assert run.data.tags[OWNER_PID] == str(process.pid)
+    lock = RunLock(project / LOCK_FILE)
+    lock.acquire("the next run")  # the killed run did not leave the folder locked
+    lock.release()
+
+
+@pytest.mark.slow
+def test_a_second_kedro_run_in_the_same_folder_is_refused_before_it_starts_anything(tmp_path: Path) -> None:
+    """Issue 14 part 7: two runs in one folder mixed their outputs; the second is now refused,
+    naming the first, and leaves no MLflow run behind."""
+    from tests.test_end_to_end import BIN, _copy_project, _env
+
+    project = _copy_project(tmp_path)
+    first = RunLock(project / LOCK_FILE)
+    first.acquire("kedro run, pipeline train@local")  # what a running `kedro run` holds
+    try:
+        result = subprocess.run(
+            [str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=ingest_demo"],
+            cwd=project,
+            env=_env(COLUMNS="300"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        first.release()
+    log = result.stdout + result.stderr
+    assert result.returncode != 0, log[-3000:]
+    assert f"another run holds this project folder: 'kedro run, pipeline train@local' (pid {os.getpid()}" in log
+    assert not (project / "data/08_reporting/ingestion_demo.json").exists()
+    assert "MLflow run 'ingest_demo@smoke'" not in log  # refused before kedro-mlflow started a run
+    if (project / "mlflow.db").exists():
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        assert not experiments or not client.search_runs(experiments)
 
 
 def _sleep() -> None:

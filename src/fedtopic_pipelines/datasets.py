@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 import scipy.sparse as sp
 from kedro.io import AbstractDataset, DatasetError
 
@@ -16,6 +17,8 @@ from fedtopic_pipelines.core.model_store import TrainedModel, load_models, save_
 from fedtopic_pipelines.core.text.corpus import SourceTable, load_table
 from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+
+VOCABULARY_KEY = "fedtopic.vocabulary"  # Parquet schema metadata of a bag of words' rows
 
 
 class DemoWheelDataset(AbstractDataset[None, RawCorpus]):
@@ -114,12 +117,20 @@ class BowCorpusDataset(AbstractDataset[BowCorpus, BowCorpus]):
         matrix = sp.load_npz(self._matrix).tocsr()
         if matrix.shape[0] != len(rows):
             raise DatasetError(f"'{self._matrix}' has {matrix.shape[0]} rows but '{self._rows}' lists {len(rows)}")
-        return BowCorpus(matrix, rows["doc_id"].to_numpy(), rows["label"].to_numpy(), rows["split"].to_numpy())
+        vocabulary = (pq.read_schema(self._rows).metadata or {}).get(VOCABULARY_KEY.encode())
+        return BowCorpus(
+            matrix,
+            rows["doc_id"].to_numpy(),
+            rows["label"].to_numpy(),
+            rows["split"].to_numpy(),
+            None if vocabulary is None else vocabulary.decode(),
+        )
 
     def _save(self, data: BowCorpus) -> None:
         self._matrix.parent.mkdir(parents=True, exist_ok=True)
         rows = pd.DataFrame({"doc_id": data.doc_ids, "label": data.labels, "split": data.split})
-        write_parquet_atomic(rows, self._rows)
+        # the vocabulary's fingerprint travels with the rows: training checks it (core/lineage.py)
+        write_parquet_atomic(rows, self._rows, {VOCABULARY_KEY: data.vocabulary} if data.vocabulary else None)
         partial = self._matrix.with_name(self._matrix.stem + ".partial.npz")
         sp.save_npz(partial, data.matrix.tocsr())
         os.replace(partial, self._matrix)

@@ -1,6 +1,6 @@
-"""Project hooks: parameters checked before anything runs, MLflow runs a user can tell
-apart, killed runs that do not stay RUNNING, and an INFO line for each start-up phase that
-takes time."""
+"""Project hooks: parameters checked before anything runs, one run at a time in a project
+folder, MLflow runs a user can tell apart, killed runs that do not stay RUNNING, and an INFO
+line for each start-up phase that takes time."""
 
 from __future__ import annotations
 
@@ -138,6 +138,54 @@ class RunIdentityHook:
             env,
             len(pipeline.nodes),
         )
+
+
+LOCK_FILE = ".kedro-run.lock"  # in the project folder; git-ignored
+
+
+class ProjectLockHook:
+    """One ``kedro run`` at a time in a project folder (``core/runlock.py``).
+
+    Taken before any other hook starts the run (so a refused run leaves no MLflow run behind)
+    and let go when the pipeline ends or fails; a killed run's lock goes with its process.
+    Every pipeline takes it: one that only reads (``evaluate``) would otherwise read another
+    run's artefacts half-written.
+    """
+
+    def __init__(self) -> None:
+        self._project: Path | None = None
+        self._lock: Any = None
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        self._project = Path(context.project_path)
+
+    @hook_impl(tryfirst=True)
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        from fedtopic_pipelines.core.runlock import RunLock
+
+        if self._lock is not None:  # a run of this process ended without its end hooks: a new run
+            self._lock.release()
+        project = Path(run_params.get("project_path") or self._project or Path.cwd())
+        names = run_params.get("pipeline_names") or ["__default__"]
+        env = run_params.get("env") or default_env()
+        lock = RunLock(project / LOCK_FILE)
+        lock.acquire(f"kedro run, pipeline {run_name(names, env)}")
+        self._lock = lock
+        logger.debug("run lock %s taken", lock.path)
+
+    def _release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        self._release()
+
+    @hook_impl
+    def on_pipeline_error(self, error: Exception, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        self._release()
 
 
 class StartupPhasesHook:

@@ -4,9 +4,15 @@ import warnings
 
 from kedro.config import OmegaConfigLoader
 
-from fedtopic_pipelines.hooks import KilledRunsHook, RunIdentityHook, StartupPhasesHook, ValidateParametersHook
+from fedtopic_pipelines.hooks import (
+    KilledRunsHook,
+    ProjectLockHook,
+    RunIdentityHook,
+    StartupPhasesHook,
+    ValidateParametersHook,
+)
 
-HOOKS = (StartupPhasesHook(), ValidateParametersHook(), RunIdentityHook(), KilledRunsHook())
+HOOKS = (StartupPhasesHook(), ValidateParametersHook(), ProjectLockHook(), RunIdentityHook(), KilledRunsHook())
 CONF_SOURCE = "conf"
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -3,6 +3,7 @@
 import torch
 
 from fedtopic_pipelines.core.config import ProdLDAConfig, TrainConfig
+from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel, load_models, save_models
 from fedtopic_pipelines.core.training import train_scenarios
 from tests.conftest import poisson_matrices
@@ -20,6 +21,11 @@ def test_models_round_trip_with_config_history_and_order(tmp_path) -> None:
     for name, model in models.items():
         again = back[name]
         assert again.config == model.config and again.organisations == model.organisations
+        assert (
+            again.vocabulary
+            == model.vocabulary
+            == vocabulary_fingerprint([f"w{j}" for j in range(matrices["a"].shape[1])])
+        )
         assert [r.metrics for r in again.history] == [r.metrics for r in model.history]
         assert all(torch.equal(again.state[k], model.state[k]) for k in model.state)
         bow = torch.from_numpy(matrices["a"][:5].toarray())

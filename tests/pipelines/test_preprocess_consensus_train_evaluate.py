@@ -128,6 +128,43 @@ def test_full_chain_in_memory(tiny_raw_tables) -> None:
     assert out["scenario_comparison"].axes
     assert any(k.startswith("federated.alpha.") for k in out["evaluation_metrics_mlflow"])
     _check_pooled_coherence(out)
+    _check_inputs_of_another_run_are_refused(out)
+
+
+def _check_inputs_of_another_run_are_refused(out: dict) -> None:
+    """Issue 14 part 7: artefacts of two runs side by side (a concurrent or a partial rerun with
+    other parameters) stop the stage that reads them, naming them, instead of an IndexError."""
+    from fedtopic_pipelines.core.lineage import LineageError
+    from fedtopic_pipelines.pipelines.evaluate.nodes import (
+        evaluate_organisation,
+        select_coherence_candidates,
+        summarise,
+    )
+    from fedtopic_pipelines.pipelines.train.nodes import train_models
+
+    vocab, models, bows = out["common_vocabulary"], out["trained_models"], {o: out[f"clients.{o}.bow"] for o in ORGS}
+    assert (
+        {b.vocabulary for b in bows.values()}
+        == {m.vocabulary for m in models.values()}
+        == {out["metrics"]["lineage"]["vocabulary"]}
+    )
+    other = vocab.iloc[: len(vocab) // 2]  # another run's (smaller) vocabulary
+    every_bow = r"clients\.alpha\.bow, clients\.beta\.bow, clients\.gamma\.bow were vectorised with vocabulary"
+    with pytest.raises(LineageError, match=every_bow + ".*vocab_consensus"):
+        train_models(TRAIN, ORGS, PRE, VOCAB, other, **bows)
+    every_model = "trained model 'federated', trained model 'centralized', .* were trained on vocabulary"
+    with pytest.raises(LineageError, match=every_model):
+        select_coherence_candidates(models, other, EVAL)  # on main: IndexError in top_words
+    candidates = out["coherence_candidates"]
+    fewer = {n: m for n, m in models.items() if n != "centralized"}  # models retrained since
+    with pytest.raises(LineageError, match="coherence_candidates was built from models"):
+        evaluate_organisation(fewer, out["clients.alpha.tokens"], bows["alpha"], candidates, EVAL)
+    with pytest.raises(LineageError, match="evaluate parameters"):
+        evaluate_organisation(models, out["clients.alpha.tokens"], bows["alpha"], candidates, {**EVAL, "top_words": 6})
+    evaluations = {o: out[f"evaluation__{o}"] for o in ORGS}
+    stale = {**evaluations["beta"], "lineage": {**evaluations["beta"]["lineage"], "candidates": "0" * 16}}
+    with pytest.raises(LineageError, match="evaluation__beta was built from candidates 0000000000000000"):
+        summarise(models, vocab, ORGS, candidates, EVAL, **{**evaluations, "beta": stale})
 
 
 def _check_pooled_coherence(out: dict) -> None:

@@ -42,6 +42,7 @@ class TrainedModel:
     history: list[RoundRecord] = field(default_factory=list)
     stopped_early: bool = False
     best_round: int | None = None
+    vocabulary: str | None = None  # fingerprint of the vocabulary it was trained on (core/lineage.py)
 
     @property
     def family(self) -> ModelFamily:
@@ -64,6 +65,7 @@ class TrainedModel:
             "history": [r.to_dict() for r in self.history],
             "stopped_early": self.stopped_early,
             "best_round": self.best_round,
+            "vocabulary": self.vocabulary,
         }
 
     @classmethod
@@ -78,6 +80,7 @@ class TrainedModel:
             [RoundRecord.from_dict(r) for r in raw["history"]],
             bool(raw["stopped_early"]),
             raw["best_round"],
+            raw.get("vocabulary"),  # absent from models saved before fingerprints: not judged
         )
 
     def save(self, path: Path) -> None:

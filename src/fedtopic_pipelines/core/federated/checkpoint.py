@@ -13,14 +13,12 @@ streams (``FamilyClient``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedtopic_pipelines.core import persist
+from fedtopic_pipelines.core import lineage, persist
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.federated.server import FederatedServer
 
@@ -45,9 +43,8 @@ class Checkpoints:
         keys = ("train_rows", "validation_rows", "data_fingerprint")
         data = [[org, *(declared[org].get(k) for k in keys)] for org in organisations]
         what = [name, list(organisations), config.training_key(), list(terms), data]
-        digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
         self.every = config.checkpoint_every
-        self.path = Path(config.checkpoint_dir) / f"{name}-{digest}.safetensors"
+        self.path = Path(config.checkpoint_dir) / f"{name}-{lineage.digest(what)}.safetensors"
 
     def load(self) -> dict[str, Any] | None:
         return persist.load(self.path, KIND) if self.path.is_file() else None

@@ -32,6 +32,7 @@ from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
 from fedtopic_pipelines.core.federated.engine import Engine, FederationError
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.federated.site import PREPARE, VOCABULARY, resolve_device
+from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
 
@@ -172,5 +173,6 @@ def run_federation(
         list(history),
         server.stopped_early,
         server.best_round,
+        vocabulary_fingerprint(terms),
     )
     return FederationResult(vocabulary, trained, {org: dict(prepared[org]) for org in organisations})

@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from fedtopic_pipelines.core import lineage
 from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig, from_mapping
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.batching import derive_seed
@@ -275,10 +276,6 @@ class PooledEndpoint(Endpoint):
         }
 
 
-def _digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def read_raw(path: Path):
     """An organisation's raw documents (a ``ShardedTable``): a folder of Parquet shards or one Parquet file."""
     from fedtopic_pipelines.core.ingest.common import ShardedTable
@@ -313,7 +310,7 @@ class FolderEndpoint(Endpoint):
         return [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in self.shards if p.exists()]
 
     def _tokens_dir(self, config: PreprocessConfig) -> Path:
-        return self.cache_dir / f"tokens-{_digest(self.name, self.fingerprint(), config.to_params())}"
+        return self.cache_dir / f"tokens-{lineage.digest([self.name, self.fingerprint(), config.to_params()])}"
 
     def preprocessed(self, config: PreprocessConfig):
         """Tokens (a ``ShardedTable``) and training-split term counts, from the cache or computed once."""
@@ -358,7 +355,7 @@ class FolderEndpoint(Endpoint):
         """The training split over ``terms`` (cached as a scipy .npz: no pickle) and its keyed fingerprint."""
         preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
         tokens_dir = self._tokens_dir(preprocess)
-        path = self.cache_dir / f"bow-{_digest(tokens_dir.name, terms)}.npz"
+        path = self.cache_dir / f"bow-{lineage.digest([tokens_dir.name, terms])}.npz"
         report_path = path.with_suffix(".json")
         with self.cache_lock():
             if not (path.is_file() and report_path.is_file()):

@@ -190,11 +190,15 @@ def split_of(source_id: str, test_fraction: float, seed: int) -> str:
 # Shards ---------------------------------------------------------------------------------
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write a shard under a temporary name and rename it: a killed run never leaves half a shard."""
+def write_parquet_atomic(frame: pd.DataFrame, path: Path, metadata: Mapping[str, str] | None = None) -> None:
+    """Write a shard under a temporary name and rename it: a killed run never leaves half a shard.
+    ``metadata`` goes into the file's schema (key-value pairs beside pandas' own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    pq.write_table(table, tmp)
     os.replace(tmp, path)
 
 

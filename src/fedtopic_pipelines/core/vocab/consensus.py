@@ -24,6 +24,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import ConsensusConfig
+from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -155,11 +156,12 @@ class BowCorpus:
     doc_ids: np.ndarray
     labels: np.ndarray
     split: np.ndarray
+    vocabulary: str | None = None  # fingerprint of the vocabulary its columns index (core/lineage.py)
 
     def subset(self, split: str) -> BowCorpus:
         """Rows of one split (``train`` or ``test``)."""
         mask = self.split == split
-        return BowCorpus(self.matrix[mask], self.doc_ids[mask], self.labels[mask], self.split[mask])
+        return BowCorpus(self.matrix[mask], self.doc_ids[mask], self.labels[mask], self.split[mask], self.vocabulary)
 
     def without_empty_documents(self) -> tuple[BowCorpus, dict[str, int]]:
         """Drop documents with no term of the common vocabulary; return how many, per split.
@@ -169,7 +171,8 @@ class BowCorpus:
         empty = np.asarray(self.matrix.sum(axis=1)).ravel() == 0
         dropped = {str(s): int((self.split[empty] == s).sum()) for s in np.unique(self.split[empty])}
         keep = ~empty
-        return BowCorpus(self.matrix[keep], self.doc_ids[keep], self.labels[keep], self.split[keep]), dropped
+        kept = BowCorpus(self.matrix[keep], self.doc_ids[keep], self.labels[keep], self.split[keep], self.vocabulary)
+        return kept, dropped
 
     def __len__(self) -> int:
         return self.matrix.shape[0]
@@ -195,7 +198,9 @@ def vectorize(
         (data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)), shape=(len(indptr) - 1, len(vocabulary))
     )
     matrix.sum_duplicates()
-    return BowCorpus(matrix, np.asarray(doc_ids), np.asarray(labels), np.asarray(split))
+    return BowCorpus(
+        matrix, np.asarray(doc_ids), np.asarray(labels), np.asarray(split), vocabulary_fingerprint(vocabulary)
+    )
 
 
 def vectorize_frames(
@@ -236,6 +241,7 @@ def vectorize_frames(
         np.concatenate([p.doc_ids for p in parts]),
         np.concatenate([p.labels for p in parts]),
         np.concatenate([p.split for p in parts]),
+        vocabulary_fingerprint(vocabulary),
     )
     bow, dropped = bow.without_empty_documents()
     if dropped:

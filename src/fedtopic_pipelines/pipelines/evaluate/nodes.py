@@ -26,6 +26,14 @@ from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.ingest.common import ShardedTable, as_frame
+from fedtopic_pipelines.core.lineage import (
+    LineageError,
+    candidates_fingerprint,
+    digest,
+    models_fingerprint,
+    require_same,
+    vocabulary_fingerprint,
+)
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
@@ -60,12 +68,43 @@ def model_topics(models: Mapping[str, TrainedModel], vocabulary: pd.DataFrame, n
     return {name: top_words(m.to_model().topic_word().numpy(), terms, n) for name, m in models.items()}
 
 
+RETRAIN = "Run `kedro run --pipeline=train` again, then `--pipeline=evaluate` (or the whole chain)."
+REEVALUATE = "Run the evaluate pipeline whole: `kedro run --pipeline=evaluate`."
+
+
+def check_models_against_vocabulary(models: Mapping[str, TrainedModel], vocabulary: pd.DataFrame) -> str:
+    """The vocabulary's fingerprint, once every model is known to have been trained on it
+    (``common_vocabulary`` rebuilt by a later or concurrent run stops here, not at an index)."""
+    expected = vocabulary_fingerprint(vocabulary["term"].tolist())
+    require_same(
+        "vocabulary",
+        expected,
+        {f"trained model '{name}'": model.vocabulary for name, model in models.items()},
+        "The models were trained on another common_vocabulary. " + RETRAIN,
+        built_from="trained on",
+    )
+    for name, model in models.items():  # models saved before fingerprints: at least the width
+        if model.vocab_size != len(vocabulary):
+            raise LineageError(
+                f"trained model '{name}' has {model.vocab_size} terms but common_vocabulary has "
+                f"{len(vocabulary)}: they come from different runs. {RETRAIN}"
+            )
+    return expected
+
+
+def evaluation_lineage(models: Mapping[str, TrainedModel], params: Mapping[str, Any]) -> dict[str, str]:
+    """What evaluation's artefacts record they were built from: the models and the parameters."""
+    return {"models": models_fingerprint(models), "evaluate": digest(dict(params))}
+
+
 def select_coherence_candidates(
     models: dict[str, TrainedModel], vocabulary: pd.DataFrame, params: dict[str, Any]
 ) -> dict[str, Any]:
     """What the server asks every organisation to count: the top words of every topic of every
-    model, and the pairs of them that share a topic (no text, no other word)."""
+    model, and the pairs of them that share a topic (no text, no other word). They record the
+    fingerprints of the models, vocabulary and parameters they were chosen under."""
     config = from_mapping(EvaluateConfig, params, "evaluate")
+    vocabulary_id = check_models_against_vocabulary(models, vocabulary)
     topics = model_topics(models, vocabulary, config.top_words)
     candidates = CoherenceCandidates.from_topics(t for ts in topics.values() for t in ts)
     logger.info(
@@ -74,7 +113,7 @@ def select_coherence_candidates(
         len(candidates.pairs),
         len(models),
     )
-    return candidates.to_dict()
+    return {**candidates.to_dict(), "lineage": {"vocabulary": vocabulary_id, **evaluation_lineage(models, params)}}
 
 
 def evaluate_organisation(
@@ -91,6 +130,19 @@ def evaluate_organisation(
     counts need every document of the organisation.
     """
     config = from_mapping(EvaluateConfig, params, "evaluate")
+    lineage = evaluation_lineage(models, params)
+    recorded = candidates.get("lineage", {})
+    require_same("models", lineage["models"], {"coherence_candidates": recorded.get("models")}, REEVALUATE)
+    require_same(
+        "evaluate parameters", lineage["evaluate"], {"coherence_candidates": recorded.get("evaluate")}, REEVALUATE
+    )
+    require_same(
+        "vocabulary",
+        recorded.get("vocabulary") or bow.vocabulary or "",
+        {"this organisation's bag of words": bow.vocabulary},
+        "Run `kedro run --pipeline=vocab_consensus` again, then train and evaluate (or the whole chain).",
+        built_from="vectorised with",
+    )
     tokens = as_frame(tokens)
     org = str(tokens["organisation"].iloc[0])
     texts = [t.split() for t in tokens["tokens"]]
@@ -119,6 +171,7 @@ def evaluate_organisation(
         "n_texts": len(texts),
         "models": scores,
         "coherence_counts": counts_to_dict(counts),
+        "lineage": {**lineage, "candidates": candidates_fingerprint(candidates), "vocabulary": bow.vocabulary},
     }
 
 
@@ -155,6 +208,14 @@ def summarise(
     and write metrics.json, the flat headline metrics, the topic lists, a figure and MLflow metrics."""
     config = from_mapping(EvaluateConfig, params, "evaluate")
     measures = list(config.coherence_measures)
+    vocabulary_id = check_models_against_vocabulary(models, vocabulary)
+    lineage = {"vocabulary": vocabulary_id, **evaluation_lineage(models, params)}
+    lineage["candidates"] = candidates_fingerprint(candidates)
+    for what in ("vocabulary", "models", "evaluate", "candidates"):
+        found = {f"evaluation__{org}": evaluations[org].get("lineage", {}).get(what) for org in organisations}
+        if what != "candidates":
+            found["coherence_candidates"] = candidates.get("lineage", {}).get(what)
+        require_same("evaluate parameters" if what == "evaluate" else what, lineage[what], found, REEVALUATE)
     topics = model_topics(models, vocabulary, config.top_words)
     chosen = CoherenceCandidates.from_dict(candidates)
     if chosen != CoherenceCandidates.from_topics(t for ts in topics.values() for t in ts):
@@ -236,6 +297,7 @@ def summarise(
         "n_test_documents": {org: evaluations[org]["n_test_documents"] for org in organisations},
         "n_texts": {org: evaluations[org]["n_texts"] for org in organisations},
         "vocabulary_size": len(vocabulary),
+        "lineage": lineage,
     }
     headline = headline_metrics(scenarios)
     return (

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
@@ -31,6 +32,13 @@ def train_models(
     prefixes its keys with ``train.``), with the rounds an organisation was left out of.
     """
     config = TrainConfig.from_params(params)
+    require_same(  # bags of words of another run's vocabulary stop here, not at an index
+        "vocabulary",
+        vocabulary_fingerprint(common_vocabulary["term"].tolist()),
+        {f"clients.{org}.bow": bows[org].vocabulary for org in organisations},
+        "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
+        built_from="vectorised with",
+    )
     matrices = {org: bows[org].subset("train").matrix for org in organisations}
     on_flower = config.engine == "flower" and "federated" in config.scenarios
     rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
