@@ -280,3 +280,12 @@ def test_the_shipped_s2orc_parameters_run_the_whole_chain_on_small_fields() -> N
     assert all(len(out[f"clients.{o}.bow"].subset("train")) >= 2 for o in orgs)
     assert set(out["metrics"]["models"]) == {"federated", "centralized"}
     assert "the SVM needs at least 6" in out["organisation_check"]["economics"]["warnings"][0]  # said at the start
+
+
+@pytest.mark.parametrize("family", ["combinedtm", "zeroshottm"])
+def test_a_contextual_family_is_refused_by_the_pipelines_until_embeddings_are_computed(family) -> None:
+    from fedtopic_pipelines.core.config import ConfigError
+    from fedtopic_pipelines.pipelines.train.nodes import train_models
+
+    with pytest.raises(ConfigError, match=f"'train.model.family' is '{family}'.*Python API"):
+        train_models({**TRAIN, "model": {"family": family}}, [], PRE, VOCAB, pd.DataFrame({"term": ["a"]}))

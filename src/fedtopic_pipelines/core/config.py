@@ -274,8 +274,30 @@ class ProdLDAConfig(ConfigModel):
     word_bias: bool = False
 
 
+class CombinedTMConfig(ProdLDAConfig):
+    """CombinedTM (Bianchi et al., 2021): ProdLDA whose encoder reads the bag of words
+    concatenated with the document's sentence embedding mapped to the vocabulary's size by a
+    learned linear layer (contextualized-topic-models' ``adapt_bert``). Defaults as CTM 2.6.1.
+
+    ``embedding_size`` is the sentence encoder's output size (384 for all-MiniLM-L6-v2); every
+    organisation's embeddings must have it (checked per organisation before the first round).
+    """
+
+    family: Literal["combinedtm"] = "combinedtm"  # type: ignore[assignment]
+    embedding_size: PositiveInt = 384
+
+
+class ZeroShotTMConfig(ProdLDAConfig):
+    """ZeroShotTM (Bianchi et al., 2021): the encoder reads the sentence embedding only; the
+    decoder still reconstructs the bag of words. Defaults as CTM 2.6.1."""
+
+    family: Literal["zeroshottm"] = "zeroshottm"  # type: ignore[assignment]
+    embedding_size: PositiveInt = 384
+
+
+CONTEXTUAL_FAMILIES = ("combinedtm", "zeroshottm")  # families whose data carry sentence embeddings
 DEFAULT_FAMILY = "prodlda"
-FAMILY_TAGS = ("prodlda",)  # one per family config below; core/families registers the implementations
+FAMILY_TAGS = ("prodlda", *CONTEXTUAL_FAMILIES)  # one per family config; core/families registers them
 
 
 def _family_of(value: Any) -> str | None:
@@ -284,7 +306,12 @@ def _family_of(value: Any) -> str | None:
     return getattr(value, "family", None)
 
 
-ModelConfig = Annotated[Annotated[ProdLDAConfig, Tag("prodlda")], Discriminator(_family_of)]
+ModelConfig = Annotated[
+    Annotated[ProdLDAConfig, Tag("prodlda")]
+    | Annotated[CombinedTMConfig, Tag("combinedtm")]
+    | Annotated[ZeroShotTMConfig, Tag("zeroshottm")],
+    Discriminator(_family_of),
+]
 
 
 # Training -----------------------------------------------------------------------------

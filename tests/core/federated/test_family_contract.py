@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
-from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig
+from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, ConsensusConfig, PreprocessConfig, TrainConfig
 from fedtopic_pipelines.core.families import families, get_family
 from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
@@ -82,7 +83,40 @@ CASES: dict[str, FamilyCase] = {
         concatenated=ConcatenatedStreams,
         variants=({"normalization": "layer"}, {"normalization": "none"}, {"normalization": "layer", "word_bias": True}),
     ),
+    **{
+        family: FamilyCase(
+            train={
+                "model": {"family": family, "n_topics": 3, "hidden_sizes": [16, 16], "embedding_size": 6},
+                "batch_size": 8,
+                "max_steps": 10,
+                "seed": 7,
+                "device": "cpu",
+            },
+            data=lambda: contextual_data((30, 21, 45), 40, 6),
+            vocab_size=40,
+            preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
+            consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+            concatenated=ConcatenatedStreams,
+            variants=({"normalization": "layer"},),
+        )
+        for family in CONTEXTUAL_FAMILIES
+    },
 }
+# Where a family's data need more than the bag of words an organisation builds from its
+# raw text (sentence embeddings), the paths that start from raw text are not wired yet.
+RAW_TEXT_PATHS_MISSING = dict.fromkeys(CONTEXTUAL_FAMILIES, "site-side sentence embeddings not wired yet (issue 15)")
+
+
+def contextual_data(sizes: tuple[int, ...], vocab: int, dim: int) -> dict[str, Any]:
+    """Organisations' bags of words with random sentence embeddings (contextual families)."""
+    from fedtopic_pipelines.core.families.ctm import ContextualData
+
+    rng = np.random.default_rng(1)
+    matrices = poisson_matrices(sizes, vocab)
+    return {
+        org: ContextualData(m, rng.normal(size=(m.shape[0], dim)).astype(np.float32))
+        for org, m in zip(("a", "b", "c"), matrices, strict=True)
+    }
 
 
 def test_every_registered_family_has_a_case() -> None:
@@ -154,7 +188,9 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     from fedtopic_pipelines.flower.federation import Job, run_flower_federation
     from tests.flower.local_grid import LocalGrid
 
-    _, spec = case
+    name, spec = case
+    if name in RAW_TEXT_PATHS_MISSING:
+        pytest.skip(RAW_TEXT_PATHS_MISSING[name])
     config = _config(spec, validation_fraction=0.25, validation_every=4)
     preprocess = PreprocessConfig.model_validate(spec.preprocess)
     consensus = ConsensusConfig.model_validate(spec.consensus)
@@ -356,6 +392,8 @@ def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, t
         inner = [MemoryEndpoint(org, d) for org, d in data.items()]
         stages = {"vocabulary": _vocabulary(spec.vocab_size)}
     else:
+        if name in RAW_TEXT_PATHS_MISSING:
+            pytest.skip(RAW_TEXT_PATHS_MISSING[name])
         paths = _write_raw(tmp_path)
         inner = [FolderEndpoint(org, path, tmp_path / "cache" / org) for org, path in paths.items()]
         stages = {"preprocess": PreprocessConfig.model_validate(spec.preprocess), "consensus": consensus}

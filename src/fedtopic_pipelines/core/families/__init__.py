@@ -8,7 +8,8 @@ the contract tests all build a family's model, client and strategy through
 
 from __future__ import annotations
 
-from fedtopic_pipelines.core.config import FAMILY_TAGS, ConfigError
+from fedtopic_pipelines.core.config import FAMILY_TAGS, CombinedTMConfig, ConfigError, ZeroShotTMConfig
+from fedtopic_pipelines.core.families.ctm import ContextualFamily
 from fedtopic_pipelines.core.families.prodlda import ProdLDAFamily
 from fedtopic_pipelines.core.federated.family import ModelFamily
 
@@ -41,3 +42,5 @@ def families() -> list[str]:
 
 
 register(ProdLDAFamily())
+register(ContextualFamily("combinedtm", CombinedTMConfig))
+register(ContextualFamily("zeroshottm", ZeroShotTMConfig))

@@ -115,7 +115,7 @@ class ProdLDAFamily:
     def concatenate(self, parts: Sequence[sp.csr_matrix]) -> sp.csr_matrix:
         return sp.vstack(list(parts)).tocsr()
 
-    def validate_data(self, name: str, data: sp.spmatrix) -> None:
+    def validate_data(self, name: str, data: sp.spmatrix, config: TrainConfig | None = None) -> None:
         """An organisation's training data must allow a batch (BatchNorm needs two documents)."""
         if data.shape[0] < 2:
             raise ValueError(

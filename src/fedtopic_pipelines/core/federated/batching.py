@@ -89,11 +89,40 @@ def _sparse(matrix: sp.csr_matrix, rows: np.ndarray, device: torch.device) -> to
         )
 
 
-class BatchSource:
-    """One organisation's stream: a mini-batch per step and its own noise generator."""
+def _rows(matrix: sp.csr_matrix, embeddings: np.ndarray | None, rows: np.ndarray, device: torch.device):
+    """A batch of ``rows``: the sparse bag of words, with the same rows' sentence embeddings
+    beside it when the source has them (contextualized topic models)."""
+    bow = _sparse(matrix, rows, device)
+    if embeddings is None:
+        return bow
+    from fedtopic_pipelines.core.models.ctm import ContextualBatch
 
-    def __init__(self, matrix: sp.csr_matrix, batch_size: int, seed: int, device: torch.device) -> None:
+    return ContextualBatch(bow, torch.from_numpy(embeddings[rows]).to(device))
+
+
+def _embeddings(embeddings: np.ndarray | None, n_rows: int) -> np.ndarray | None:
+    if embeddings is None:
+        return None
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    if embeddings.ndim != 2 or embeddings.shape[0] != n_rows:
+        raise ValueError(f"embeddings of shape {embeddings.shape} for {n_rows} documents")
+    return embeddings
+
+
+class BatchSource:
+    """One organisation's stream: a mini-batch per step and its own noise generator; with
+    ``embeddings``, each batch also carries its documents' sentence embeddings."""
+
+    def __init__(
+        self,
+        matrix: sp.csr_matrix,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+        embeddings: np.ndarray | None = None,
+    ) -> None:
         self.matrix = matrix.tocsr().astype(np.float32)
+        self.embeddings = _embeddings(embeddings, self.matrix.shape[0])
         self.device = device
         self.sampler = EpochSampler(self.matrix.shape[0], batch_size, seed)
         self.noise = torch.Generator(device=device).manual_seed(derive_seed(seed, 1))
@@ -104,8 +133,8 @@ class BatchSource:
         return self.sampler.max_rows
 
     def next_batch(self) -> torch.Tensor:
-        """The next mini-batch (sparse CSR) on the source's device."""
-        return _sparse(self.matrix, self.sampler.next_indices(), self.device)
+        """The next mini-batch (sparse CSR, with embeddings when the source has them)."""
+        return _rows(self.matrix, self.embeddings, self.sampler.next_indices(), self.device)
 
     def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
         return [(self.next_batch(), self.noise)]
@@ -125,8 +154,17 @@ class GhostBatchSource:
     documents from a single shuffled epoch (no document twice in a step), cut into
     ``n_ghosts`` ghost batches, each normalised separately and with its own noise."""
 
-    def __init__(self, matrix: sp.csr_matrix, batch_size: int, n_ghosts: int, seed: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        matrix: sp.csr_matrix,
+        batch_size: int,
+        n_ghosts: int,
+        seed: int,
+        device: torch.device,
+        embeddings: np.ndarray | None = None,
+    ) -> None:
         self.matrix = matrix.tocsr().astype(np.float32)
+        self.embeddings = _embeddings(embeddings, self.matrix.shape[0])
         self.device = device
         self.sampler = EpochSampler(self.matrix.shape[0], batch_size * n_ghosts, seed)
         self.noises = [torch.Generator(device=device).manual_seed(derive_seed(seed, 1, g)) for g in range(n_ghosts)]
@@ -140,7 +178,7 @@ class GhostBatchSource:
         rows = self.sampler.next_indices()
         n_ghosts = max(1, min(len(self.noises), len(rows) // 2))  # every ghost batch needs 2 documents
         return [
-            (_sparse(self.matrix, part, self.device), noise)
+            (_rows(self.matrix, self.embeddings, part, self.device), noise)
             for part, noise in zip(np.array_split(rows, n_ghosts), self.noises, strict=False)
         ]
 

@@ -127,6 +127,7 @@ class ModelFamily(Protocol):
         """Several organisations' data as one (the centralized scenario's pool)."""
         ...
 
-    def validate_data(self, name: str, data: Any) -> None:
-        """Raise naming the organisation if ``data`` cannot be trained on (too few documents)."""
+    def validate_data(self, name: str, data: Any, config: TrainConfig | None = None) -> None:
+        """Raise naming the organisation if ``data`` cannot be trained on (too few documents,
+        or, given ``config``, data the configured model cannot read)."""
         ...

@@ -121,10 +121,10 @@ class Site:
 
     def prepare(self, family: ModelFamily, train: Any, config: TrainConfig, index: int) -> Prepared:
         """The training data minus the validation documents it holds out (when validating)."""
+        family.validate_data(self.name, train, config)
         if config.validation_fraction > 0:
             fit, held = hold_out_one(self.name, train, config.validation_fraction, config.seed, index, family)
             return Prepared(fit, held)
-        family.validate_data(self.name, train)
         return Prepared(train, None)
 
     def client(
@@ -147,15 +147,20 @@ class Site:
 
 
 def matrix_fingerprint(matrices: Sequence[sp.spmatrix], key: bytes | None = None) -> str:
-    """A digest of sparse matrices' exact contents; keyed (HMAC-SHA256) when ``key`` is given, so
+    """A digest of sparse matrices' exact contents (with their sentence embeddings, for a
+    contextual family's data); keyed (HMAC-SHA256) when ``key`` is given, so
     that whoever receives it learns only whether the data are the same as another time."""
     digest = hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
     for matrix in matrices:
-        csr = sp.csr_matrix(matrix)
+        embeddings = getattr(matrix, "embeddings", None)  # a contextual family's data: both views
+        csr = sp.csr_matrix(matrix.bow if embeddings is not None else matrix)
         csr.sort_indices()
         digest.update(json.dumps([list(csr.shape), str(csr.dtype)]).encode())
         for part in (csr.indptr.astype(np.int64), csr.indices.astype(np.int64), csr.data):
             digest.update(np.ascontiguousarray(part).tobytes())
+        if embeddings is not None:
+            digest.update(json.dumps(["embeddings", list(embeddings.shape)]).encode())
+            digest.update(np.ascontiguousarray(embeddings, dtype=np.float32).tobytes())
     return digest.hexdigest()
 
 

@@ -107,13 +107,15 @@ def _dropout(x: torch.Tensor, p: float, generator: torch.Generator | None) -> to
     return x * keep / (1.0 - p)
 
 
-def _input_layer(layer: nn.Linear, bow: torch.Tensor) -> torch.Tensor:
-    """The encoder's first layer. A bag of words is about 2 % non-zero, so a sparse CSR batch
-    (what the batch sources give) is multiplied as such: the same sums over a document's
-    terms without the zeros, about half the layer's CPU time (docs/performance.md)."""
+def linear_on_bow(bow: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A linear layer on a bag of words (the encoder's first). A bag of words is about 2 %
+    non-zero, so a sparse CSR batch (what the batch sources give) is multiplied as such: the
+    same sums over a document's terms without the zeros, about half the layer's CPU time
+    (docs/performance.md)."""
     if bow.layout == torch.sparse_csr:
-        return torch.sparse.mm(bow, layer.weight.t()) + layer.bias
-    return layer(bow)
+        out = torch.sparse.mm(bow, weight.t())
+        return out if bias is None else out + bias
+    return F.linear(bow, weight, bias)
 
 
 def _reconstruction(bow: torch.Tensor, word_dist: torch.Tensor) -> torch.Tensor:
@@ -134,7 +136,7 @@ class ProdLDA(nn.Module):
         super().__init__()
         self.config = config
         k = config.n_topics
-        sizes = (vocab_size, *config.hidden_sizes)
+        sizes = (self._encoder_input_size(vocab_size, config), *config.hidden_sizes)
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
         # No bias before an affine-free BatchNorm: BN subtracts it, so its true gradient
         # is exactly zero and Adam would turn float rounding noise into lr-sized steps
@@ -167,6 +169,19 @@ class ProdLDA(nn.Module):
             self.word_bias = None
         self._activation = F.softplus if config.activation == "softplus" else F.relu
 
+    def _encoder_input_size(self, vocab_size: int, config: ProdLDAConfig) -> int:
+        """Width of the encoder's input: the bag of words (subclasses add an embedding view)."""
+        return vocab_size
+
+    def _encoder_input(self, batch: torch.Tensor) -> torch.Tensor:
+        """The encoder's first layer on a batch, before its activation."""
+        return linear_on_bow(batch, self.hidden[0].weight, self.hidden[0].bias)
+
+    @staticmethod
+    def _bow(batch: torch.Tensor) -> torch.Tensor:
+        """The bag of words of a batch (what the decoder reconstructs)."""
+        return batch
+
     def set_background(self, frequency: np.ndarray) -> None:
         """Start ``word_bias`` at the words' log relative frequency (Scholar's background term),
         so that beta's rows begin as deviations from it. ``frequency``: summed counts per term,
@@ -192,7 +207,7 @@ class ProdLDA(nn.Module):
         self, bow: torch.Tensor, generator: torch.Generator | None, stats: dict[str, torch.Tensor] | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and log-variance of the logistic-normal topic proportions."""
-        x = self._activation(_input_layer(self.hidden[0], bow))
+        x = self._activation(self._encoder_input(bow))
         for layer in self.hidden[1:]:
             x = self._activation(layer(x))
         if self.training:
@@ -218,12 +233,17 @@ class ProdLDA(nn.Module):
 
     def loss_on_batch(self, bow: torch.Tensor, generator: torch.Generator | None) -> BatchLoss:
         """Mean negative ELBO of a training batch (dropout and noise drawn from ``generator``)."""
-        bow = bow.to(self.beta.dtype)
-        if bow.shape[0] < 2 and self.config.normalization == "batch":
+        bow = self._cast(bow)
+        n = self._bow(bow).shape[0]
+        if n < 2 and self.config.normalization == "batch":
             raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
         stats: dict[str, torch.Tensor] = {}
         rl, kl = self._negative_elbo(bow, generator, stats)
-        return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, bow.shape[0])
+        return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, n)
+
+    def _cast(self, batch: torch.Tensor) -> torch.Tensor:
+        """The batch in the model's floating type."""
+        return batch.to(self.beta.dtype)
 
     def _negative_elbo(
         self, bow: torch.Tensor, generator: torch.Generator | None, stats: dict[str, torch.Tensor] | None
@@ -239,7 +259,7 @@ class ProdLDA(nn.Module):
         if self.training:
             theta = _dropout(theta, self.config.dropout, generator)
         word_dist = self.decode(theta, stats)
-        rl = _reconstruction(bow, word_dist)
+        rl = _reconstruction(self._bow(bow), word_dist)
         return rl, self._kl(mu, log_var)
 
     def statistics_shapes(self) -> dict[str, torch.Size]:
@@ -275,7 +295,7 @@ class ProdLDA(nn.Module):
     def doc_topic(self, bow: torch.Tensor) -> torch.Tensor:
         """Document-topic proportions at the posterior mean (eval mode, deterministic)."""
         with self._eval_mode():
-            mu, _ = self.encode(bow, None, None)
+            mu, _ = self.encode(self._cast(bow), None, None)
         return F.softmax(mu, dim=1)
 
     @torch.no_grad()
@@ -287,7 +307,7 @@ class ProdLDA(nn.Module):
         at every validation and the comparison between validations reflects the weights).
         """
         with self._eval_mode():
-            rl, kl = self._negative_elbo(bow.to(self.beta.dtype), generator, None)
+            rl, kl = self._negative_elbo(self._cast(bow), generator, None)
         return rl + kl
 
     @torch.no_grad()
@@ -300,7 +320,7 @@ class ProdLDA(nn.Module):
         if n_samples == 0:
             return self.doc_topic(bow)
         with self._eval_mode():
-            mu, log_var = self.encode(bow.to(self.beta.dtype), None, None)
+            mu, log_var = self.encode(self._cast(bow), None, None)
         sigma = torch.exp(0.5 * log_var)
         total = torch.zeros_like(mu)
         for _ in range(n_samples):
@@ -312,7 +332,7 @@ class ProdLDA(nn.Module):
     def word_distribution(self, bow: torch.Tensor) -> torch.Tensor:
         """Predicted word distribution of each document at its posterior mean (eval mode)."""
         with self._eval_mode():
-            return self.decode(self.doc_topic(bow.to(self.beta.dtype)), None)
+            return self.decode(self.doc_topic(self._cast(bow)), None)
 
     @torch.no_grad()
     def topic_word(self) -> torch.Tensor:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, ConfigError, TrainConfig
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.training import train_scenarios
@@ -32,6 +32,12 @@ def train_models(
     prefixes its keys with ``train.``), with the rounds an organisation was left out of.
     """
     config = TrainConfig.from_params(params)
+    if config.model.family in CONTEXTUAL_FAMILIES:
+        raise ConfigError(
+            f"parameter 'train.model.family' is {config.model.family!r}: the pipelines do not compute the "
+            "organisations' sentence embeddings yet (issue 15), so CombinedTM and ZeroShotTM train only "
+            "through the Python API (core.training.train_scenarios with ContextualData); use 'prodlda' here"
+        )
     require_same(  # bags of words of another run's vocabulary stop here, not at an index
         "vocabulary",
         vocabulary_fingerprint(common_vocabulary["term"].tolist()),
