@@ -49,3 +49,32 @@ def poisson_matrices(sizes: tuple[int, ...], vocab: int, seed: int = 0) -> list[
     """Random count matrices, one per organisation."""
     rng = np.random.default_rng(seed)
     return [sp.csr_matrix(rng.poisson(0.3, (n, vocab)).astype(np.float32)) for n in sizes]
+
+
+TINY_EMBEDDING_SIZE = 6
+
+
+def make_tiny_sentence_model(folder: Path) -> Path:
+    """A sentence-transformers model small enough for tests (seconds, offline): whitespace
+    tokens of ``WORDS`` with fixed random vectors, mean-pooled to ``TINY_EMBEDDING_SIZE``."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from sentence_transformers import SentenceTransformer, models
+        from sentence_transformers.models.tokenizer import WhitespaceTokenizer
+
+    vocab = sorted({w for words in WORDS.values() for w in words.split()})
+    weights = np.random.default_rng(3).normal(size=(len(vocab), TINY_EMBEDDING_SIZE)).astype(np.float32)
+    words = models.WordEmbeddings(
+        tokenizer=WhitespaceTokenizer(vocab=vocab, do_lower_case=True), embedding_weights=weights
+    )
+    model = SentenceTransformer(modules=[words, models.Pooling(TINY_EMBEDDING_SIZE, pooling_mode="mean")], device="cpu")
+    model.save(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_sentence_model(tmp_path_factory) -> Path:
+    """The path of :func:`make_tiny_sentence_model`'s model (``train.embeddings.model``)."""
+    return make_tiny_sentence_model(tmp_path_factory.mktemp("tiny-sentence-model"))

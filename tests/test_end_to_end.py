@@ -232,7 +232,7 @@ def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp
     _run(["git", "init", "-q"], project)
     dvc = str(BIN / "dvc")
     first = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
-    for stage in ("ingest", "preprocess", "vocab_consensus", "train", "evaluate"):
+    for stage in ("ingest", "preprocess", "vocab_consensus", "embed", "train", "evaluate"):
         assert f"Running stage '{stage}'" in first.stdout
     assert (project / "data/08_reporting/metrics.json").is_file()
     second = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
@@ -242,7 +242,7 @@ def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp
     third = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
     ran = {
         s
-        for s in ("ingest", "preprocess", "vocab_consensus", "train", "evaluate")
+        for s in ("ingest", "preprocess", "vocab_consensus", "embed", "train", "evaluate")
         if f"Running stage '{s}'" in third.stdout
     }
     assert ran == {"train", "evaluate"}

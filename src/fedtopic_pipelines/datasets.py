@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 from kedro.io import AbstractDataset, DatasetError
 
+from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings
 from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.model_store import TrainedModel, load_models, save_models
 from fedtopic_pipelines.core.text.corpus import SourceTable, load_table
@@ -140,6 +143,38 @@ class BowCorpusDataset(AbstractDataset[BowCorpus, BowCorpus]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._matrix)}
+
+
+class EmbeddingsDataset(AbstractDataset[DocumentEmbeddings, DocumentEmbeddings]):
+    """An organisation's sentence embeddings: a ``.npy`` of float32 rows and, beside it, a JSON
+    with the fingerprints of the documents (rows) and of the model. No pickle."""
+
+    def __init__(self, filepath: str) -> None:
+        self._values = Path(filepath)
+        self._meta = self._values.with_suffix(".json")
+
+    def _load(self) -> DocumentEmbeddings:
+        if not (self._values.is_file() and self._meta.is_file()):
+            raise DatasetError(f"no embeddings at '{self._values}': run the vocab_consensus pipeline first")
+        meta = json.loads(self._meta.read_text())
+        values = np.load(self._values, allow_pickle=False)
+        if list(values.shape) != meta.get("shape"):
+            raise DatasetError(f"'{self._values}' has shape {list(values.shape)} but '{self._meta}' says {meta}")
+        return DocumentEmbeddings(values, meta.get("documents"), meta.get("model"))
+
+    def _save(self, data: DocumentEmbeddings) -> None:
+        self._values.parent.mkdir(parents=True, exist_ok=True)
+        partial = self._values.with_name(self._values.stem + ".partial.npy")
+        np.save(partial, np.asarray(data.values, dtype=np.float32), allow_pickle=False)
+        os.replace(partial, self._values)
+        meta = {"documents": data.documents, "model": data.model, "shape": list(data.values.shape)}
+        self._meta.write_text(json.dumps(meta))
+
+    def _exists(self) -> bool:
+        return self._values.is_file() and self._meta.is_file()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": str(self._values)}
 
 
 class TrainedModelsDataset(AbstractDataset[dict[str, TrainedModel], dict[str, TrainedModel]]):

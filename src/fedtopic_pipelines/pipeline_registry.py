@@ -16,7 +16,7 @@ from kedro.pipeline import Pipeline
 from fedtopic_pipelines.core.config import ConfigError
 
 CORPORA = ("demo", "wikipedia", "s2orc", "table", "synthetic")
-DEFAULT_CHAIN = ("ingest", "preprocess", "vocab_consensus", "train", "evaluate")
+DEFAULT_CHAIN = ("ingest", "preprocess", "vocab_consensus", "embed", "train", "evaluate")
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ def _module(name: str):
 
 
 def register_pipelines() -> Mapping[str, Pipeline]:
-    """``__default__`` chains ingestion of the configured corpus, preprocessing, consensus, training, evaluation.
+    """``__default__`` chains ingestion of the configured corpus, preprocessing, consensus, embedding
+    (a no-op unless the family reads sentence embeddings), training, evaluation.
 
     ``corpus`` (demo | wikipedia | s2orc | table | synthetic) picks which ingestion feeds
     the chain (``ingest`` is its alias); every ``ingest_<corpus>`` also runs on its own.
@@ -132,6 +133,7 @@ def register_pipelines() -> Mapping[str, Pipeline]:
         "ingest_synthetic": lambda: _module("ingest_synthetic").create_pipeline(orgs),
         "preprocess": lambda: _module("preprocess").create_pipeline(orgs),
         "vocab_consensus": lambda: _module("vocab_consensus").create_pipeline(orgs),
+        "embed": lambda: _module("embed").create_pipeline(orgs),
         "train": lambda: _module("train").create_pipeline(orgs),
         "evaluate": lambda: _module("evaluate").create_pipeline(orgs),
         "synthetic": lambda: _module("synthetic").create_pipeline(),

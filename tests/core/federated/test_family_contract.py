@@ -34,7 +34,7 @@ from fedtopic_pipelines.core.federated.messages import Instruction, Update, Upda
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.federated.site import FolderEndpoint, MemoryEndpoint, read_raw, run_sites
 from fedtopic_pipelines.core.training import train_scenarios
-from tests.conftest import make_tiny_raw_tables, poisson_matrices
+from tests.conftest import TINY_EMBEDDING_SIZE, make_tiny_raw_tables, poisson_matrices
 
 CPU = torch.device("cpu")
 
@@ -86,13 +86,18 @@ CASES: dict[str, FamilyCase] = {
     **{
         family: FamilyCase(
             train={
-                "model": {"family": family, "n_topics": 3, "hidden_sizes": [16, 16], "embedding_size": 6},
+                "model": {
+                    "family": family,
+                    "n_topics": 3,
+                    "hidden_sizes": [16, 16],
+                    "embedding_size": TINY_EMBEDDING_SIZE,
+                },
                 "batch_size": 8,
                 "max_steps": 10,
                 "seed": 7,
                 "device": "cpu",
             },
-            data=lambda: contextual_data((30, 21, 45), 40, 6),
+            data=lambda: contextual_data((30, 21, 45), 40, TINY_EMBEDDING_SIZE),
             vocab_size=40,
             preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
             consensus={"top_n": 50, "min_count": 0, "merge": "union"},
@@ -102,9 +107,14 @@ CASES: dict[str, FamilyCase] = {
         for family in CONTEXTUAL_FAMILIES
     },
 }
-# Where a family's data need more than the bag of words an organisation builds from its
-# raw text (sentence embeddings), the paths that start from raw text are not wired yet.
-RAW_TEXT_PATHS_MISSING = dict.fromkeys(CONTEXTUAL_FAMILIES, "site-side sentence embeddings not wired yet (issue 15)")
+
+
+def _raw_text_config(name: str, spec: FamilyCase, model: Path, **changes: Any) -> TrainConfig:
+    """A family's config for the paths that start from raw text: a contextual family's sites
+    embed their documents with the tiny test encoder (``tests/conftest.py``)."""
+    if name in CONTEXTUAL_FAMILIES:
+        changes["embeddings"] = {"model": str(model)}
+    return _config(spec, **changes)
 
 
 def contextual_data(sizes: tuple[int, ...], vocab: int, dim: int) -> dict[str, Any]:
@@ -183,15 +193,13 @@ def _write_raw(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case, tmp_path) -> None:
+def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case, tmp_path, tiny_sentence_model) -> None:
     from fedtopic_pipelines.flower.client_app import app as client_app
     from fedtopic_pipelines.flower.federation import Job, run_flower_federation
     from tests.flower.local_grid import LocalGrid
 
     name, spec = case
-    if name in RAW_TEXT_PATHS_MISSING:
-        pytest.skip(RAW_TEXT_PATHS_MISSING[name])
-    config = _config(spec, validation_fraction=0.25, validation_every=4)
+    config = _raw_text_config(name, spec, tiny_sentence_model, validation_fraction=0.25, validation_every=4)
     preprocess = PreprocessConfig.model_validate(spec.preprocess)
     consensus = ConsensusConfig.model_validate(spec.consensus)
     paths = _write_raw(tmp_path)
@@ -207,8 +215,22 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     job = Job(orgs, spec.preprocess, spec.consensus, config.to_params())
     flower, _ = run_flower_federation(LocalGrid(client_app, nodes), job)
 
-    vocabulary, bows = run_sites({org: read_raw(paths[org]) for org in orgs}, preprocess, consensus)
+    raw = {org: read_raw(paths[org]) for org in orgs}
+    vocabulary, bows = run_sites(raw, preprocess, consensus)
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    if name in CONTEXTUAL_FAMILIES:  # the Kedro path: the embed node's step, then the bag of words' train rows
+        from fedtopic_pipelines.core.families.ctm import contextual_split
+        from fedtopic_pipelines.core.federated.site import Site
+
+        matrices = {
+            org: contextual_split(
+                bow,
+                Site(org).embed(raw[org], bow.doc_ids.tolist(), config.embeddings, tmp_path / "emb" / org),
+                "train",
+                org,
+            )
+            for org, bow in bows.items()
+        }
     kedro = train_scenarios(matrices, config.replace(scenarios=("federated",)), progress=False, vocabulary=vocabulary)
 
     assert in_process.vocabulary["term"].tolist() == flower.vocabulary["term"].tolist() == vocabulary["term"].tolist()
@@ -378,13 +400,13 @@ ANSWER_KEYS = {
 
 
 @pytest.mark.parametrize("endpoints", ["memory", "folder"])
-def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, tmp_path) -> None:
+def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, tmp_path, tiny_sentence_model) -> None:
     """Every answer and update an organisation sends, in process with prepared data (the Kedro
     path) and with its own documents and cache (the endpoint a Flower node runs, with the
     vocabulary stage): counts, a fingerprint, its top-N proposal, and updates of its kind."""
     name, spec = case
     family = get_family(name)
-    config = _config(spec, validation_fraction=0.25, validation_every=2)
+    config = _raw_text_config(name, spec, tiny_sentence_model, validation_fraction=0.25, validation_every=2)
     consensus = ConsensusConfig.model_validate({**spec.consensus, "top_n": 9})
     sent: list = []
     if endpoints == "memory":
@@ -392,8 +414,6 @@ def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, t
         inner = [MemoryEndpoint(org, d) for org, d in data.items()]
         stages = {"vocabulary": _vocabulary(spec.vocab_size)}
     else:
-        if name in RAW_TEXT_PATHS_MISSING:
-            pytest.skip(RAW_TEXT_PATHS_MISSING[name])
         paths = _write_raw(tmp_path)
         inner = [FolderEndpoint(org, path, tmp_path / "cache" / org) for org, path in paths.items()]
         stages = {"preprocess": PreprocessConfig.model_validate(spec.preprocess), "consensus": consensus}
@@ -410,6 +430,17 @@ def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, t
         assert all(isinstance(v, float) for v in update.metrics.values())
         if update.kind is UpdateKind.METRICS:
             assert not update.tensors and not update.statistics and set(update.metrics) <= {"validation_loss"}
+    if name in CONTEXTUAL_FAMILIES:  # the sentence embeddings never travel, in any form a row of them has
+        if endpoints == "memory":
+            embedded = np.concatenate([d.embeddings for d in data.values()])
+        else:
+            embedded = np.concatenate([np.load(tmp_path / "cache" / o / "embeddings" / "embeddings.npy") for o in orgs])
+        assert len(embedded) and np.abs(embedded).sum() > 0
+        for update in updates:
+            for tensor in [*update.tensors.values(), *update.statistics.values()]:
+                if tensor.ndim and tensor.shape[-1] == embedded.shape[1]:
+                    rows = tensor.detach().double().reshape(-1, embedded.shape[1]).numpy()
+                    assert not np.isclose(rows[:, None, :], embedded[None], atol=1e-6).all(axis=2).any()
     answers = [(what, a) for what, a in sent if what != "round"]
     assert {what for what, _ in answers} == ({"prepare"} if endpoints == "memory" else {"vocabulary", "prepare"})
     for what, answer in answers:

@@ -108,6 +108,56 @@ class ContextualFamily(ProdLDAFamily):
             )
 
 
+@dataclass(frozen=True)
+class DocumentEmbeddings:
+    """An organisation's sentence embeddings, one row per document of its bag of words, in
+    the same order (``documents``: the fingerprint of those document ids), and the
+    fingerprint of the model that computed them. Empty (0 x 0, ``documents`` None) when the
+    configured family reads no embeddings: nothing was computed."""
+
+    values: np.ndarray
+    documents: str | None
+    model: str | None
+
+    @classmethod
+    def none(cls) -> DocumentEmbeddings:
+        return cls(np.zeros((0, 0), dtype=np.float32), None, None)
+
+    @property
+    def computed(self) -> bool:
+        return self.documents is not None
+
+
+def documents_fingerprint(doc_ids: Sequence[str] | np.ndarray) -> str:
+    """Fingerprint of an ordered list of document ids (embeddings rows = bag-of-words rows)."""
+    from fedtopic_pipelines.core.lineage import digest
+
+    return digest(["documents", [str(d) for d in doc_ids]])
+
+
+def contextual_split(bow, embeddings: DocumentEmbeddings, split: str, where: str) -> ContextualData:
+    """One split of an organisation's bag of words (a ``BowCorpus``) with its embeddings' rows.
+
+    ``where`` names the embeddings artefact in errors: embeddings computed for other
+    documents (another run's bag of words) stop here instead of being misaligned."""
+    from fedtopic_pipelines.core.lineage import LineageError
+
+    if not embeddings.computed:
+        raise LineageError(
+            f"{where} holds no sentence embeddings (they are computed only when 'train.model.family' "
+            "is a contextual family): run `kedro run --pipeline=vocab_consensus` with that family"
+        )
+    expected = documents_fingerprint(bow.doc_ids)
+    if embeddings.documents != expected or embeddings.values.shape[0] != len(bow):
+        raise LineageError(
+            f"{where} were computed for other documents ({embeddings.values.shape[0]} rows, documents "
+            f"{embeddings.documents}) than the bag of words ({len(bow)} rows, documents {expected}): they come "
+            "from different runs; run `kedro run --pipeline=vocab_consensus` again"
+        )
+    mask = bow.split == split
+    return ContextualData(bow.matrix[mask].tocsr(), np.asarray(embeddings.values[mask], dtype=np.float32))
+
+
 def _contextual(data: ContextualData) -> ContextualData:
     if not isinstance(data, ContextualData):
         raise TypeError(f"a contextualized topic model trains on ContextualData, got {type(data).__name__}")

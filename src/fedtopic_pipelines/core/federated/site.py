@@ -35,7 +35,14 @@ import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core import lineage
-from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig, from_mapping
+from fedtopic_pipelines.core.config import (
+    CONTEXTUAL_FAMILIES,
+    ConsensusConfig,
+    EmbeddingsConfig,
+    PreprocessConfig,
+    TrainConfig,
+    from_mapping,
+)
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
@@ -110,6 +117,19 @@ class Site:
         if self.name:
             logger.info("organisation %s proposes %d terms", self.name, len(proposal))
         return proposal
+
+    def embed(self, raw, doc_ids: Sequence[str], config: EmbeddingsConfig, cache_dir: Path):
+        """Sentence embeddings of the documents ``doc_ids`` (their raw text, in that order),
+        from its own cache or computed here (``core/text/embeddings.py``): a
+        ``DocumentEmbeddings``. They never leave the organisation; only gradients do."""
+        from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, documents_fingerprint
+        from fedtopic_pipelines.core.text.embeddings import EmbeddingCache, model_fingerprint, resolve_model_path
+
+        texts = texts_of(raw, doc_ids, self.name)
+        cache = EmbeddingCache(cache_dir)
+        values = cache.load_or_compute(texts, config.model, batch_size=config.batch_size, threads=config.threads)
+        model = model_fingerprint(resolve_model_path(config.model))
+        return DocumentEmbeddings(values, documents_fingerprint(doc_ids), model)
 
     def vectorise(self, tokens, terms: Sequence[str], proposal: Mapping[str, int] | None = None):
         """Its documents as a bag of words over the common vocabulary, and a report (with its own
@@ -281,6 +301,28 @@ class PooledEndpoint(Endpoint):
         }
 
 
+def texts_of(raw, doc_ids: Sequence[str], organisation: str = "") -> list[str]:
+    """The raw text of each of ``doc_ids``, in that order, read shard by shard (only the id and
+    text columns). A document id missing from the raw documents is an error naming it."""
+    from fedtopic_pipelines.core.ingest.common import iter_frames
+
+    ids = [str(d) for d in doc_ids]
+    wanted = set(ids)
+    found: dict[str, str] = {}
+    for frame in iter_frames(raw, ["doc_id", "text"]):
+        for doc_id, text in zip(frame["doc_id"].astype(str), frame["text"], strict=True):
+            if doc_id in wanted and doc_id not in found:
+                found[doc_id] = "" if text is None else str(text)
+    missing = [d for d in ids if d not in found]
+    if missing:
+        who = f"organisation '{organisation}': " if organisation else ""
+        raise ValueError(
+            f"{who}{len(missing)} document(s) of the bag of words are not in the raw documents (first: "
+            f"{missing[:3]}): the raw documents changed since the bag of words was built; rerun preprocessing"
+        )
+    return [found[d] for d in ids]
+
+
 def read_raw(path: Path):
     """An organisation's raw documents (a ``ShardedTable``): a folder of Parquet shards or one Parquet file."""
     from fedtopic_pipelines.core.ingest.common import ShardedTable
@@ -363,20 +405,35 @@ class FolderEndpoint(Endpoint):
         path = self.cache_dir / f"bow-{lineage.digest([tokens_dir.name, terms])}.npz"
         report_path = path.with_suffix(".json")
         with self.cache_lock():
-            if not (path.is_file() and report_path.is_file()):
+            stale = report_path.is_file() and "train_doc_ids" not in json.loads(report_path.read_text())
+            if stale or not (path.is_file() and report_path.is_file()):  # stale: written before the ids were kept
                 tokens, _ = self.preprocessed(preprocess)
                 bow, report = self.site.vectorise(tokens, terms)
-                train = bow.subset("train").matrix
+                train = bow.subset("train")
                 partial = path.with_name(path.stem + ".partial.npz")
-                sp.save_npz(partial, train)
-                report["data_fingerprint"] = matrix_fingerprint([train], self.secret())
+                sp.save_npz(partial, train.matrix)
+                report["data_fingerprint"] = matrix_fingerprint([train.matrix], self.secret())
+                report["train_doc_ids"] = [str(d) for d in train.doc_ids]  # stays in this cache
                 report_path.write_text(json.dumps(report))
                 partial.rename(path)
         saved = json.loads(report_path.read_text())
         dropped = saved.get("dropped_no_vocabulary_term", {})
         report = {f"dropped_no_vocabulary_term_{split}": int(dropped.get(split, 0)) for split in ("train", "test")}
         report["data_fingerprint"] = saved["data_fingerprint"]
-        return sp.load_npz(path).tocsr(), report
+        matrix = sp.load_npz(path).tocsr()
+        config = TrainConfig.from_params(payload["train"])
+        if config.model.family not in CONTEXTUAL_FAMILIES:
+            return matrix, report
+        # a contextual family: this node embeds its own training documents (cached, never sent)
+        from fedtopic_pipelines.core.families.ctm import ContextualData
+
+        with self.cache_lock():
+            embedded = self.site.embed(
+                read_raw(self.data_path), saved["train_doc_ids"], config.embeddings, self.cache_dir / "embeddings"
+            )
+        data = ContextualData(matrix, embedded.values)
+        report["data_fingerprint"] = matrix_fingerprint([data], self.secret())
+        return data, report
 
     @contextlib.contextmanager
     def cache_lock(self):

@@ -32,12 +32,20 @@ def split_tokens(bow: sp.csr_matrix, seed: int) -> tuple[sp.csr_matrix, sp.csr_m
     return observed.astype(np.float32), held_out.astype(np.float32)
 
 
-def completion_perplexity(model, bow: sp.csr_matrix, seed: int = 0, batch_size: int = 512) -> float:
+def completion_perplexity(
+    model, bow: sp.csr_matrix, seed: int = 0, batch_size: int = 512, embeddings: np.ndarray | None = None
+) -> float:
     """Document-completion perplexity on ``bow``; documents with no observed or no
-    held-out token are left out. NaN when nothing is left."""
+    held-out token are left out. NaN when nothing is left.
+
+    ``embeddings`` (a contextualized topic model's second input, one row per document) are
+    of the whole document: the model then sees the held-out half through them, so its
+    completion perplexity is not comparable with a bag-of-words model's (docs/ctm.md)."""
     observed, held_out = split_tokens(bow, seed)
     usable = (np.asarray(observed.sum(1)).ravel() > 0) & (np.asarray(held_out.sum(1)).ravel() > 0)
     observed, held_out = observed[usable], held_out[usable]
+    if embeddings is not None:
+        embeddings = np.asarray(embeddings, dtype=np.float32)[usable]
     if observed.shape[0] == 0:
         return float("nan")
     device = next(model.parameters()).device
@@ -45,6 +53,10 @@ def completion_perplexity(model, bow: sp.csr_matrix, seed: int = 0, batch_size: 
     for start in range(0, observed.shape[0], batch_size):
         seen = torch.from_numpy(observed[start : start + batch_size].toarray()).to(device)
         target = torch.from_numpy(held_out[start : start + batch_size].toarray()).to(device)
+        if embeddings is not None:
+            from fedtopic_pipelines.core.models.ctm import ContextualBatch
+
+            seen = ContextualBatch(seen, torch.from_numpy(embeddings[start : start + batch_size]).to(device))
         word_dist = model.word_distribution(seen)
         log_likelihood += float((target * torch.log(word_dist + 1e-10)).sum())
         tokens += float(target.sum())

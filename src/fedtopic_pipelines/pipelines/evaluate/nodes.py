@@ -24,7 +24,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.ingest.common import ShardedTable, as_frame
 from fedtopic_pipelines.core.lineage import (
     LineageError,
@@ -49,6 +50,7 @@ from fedtopic_pipelines.core.metrics.coherence import (
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.models.ctm import ContextualBatch
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 logger = logging.getLogger(__name__)
@@ -120,11 +122,15 @@ def evaluate_organisation(
     models: dict[str, TrainedModel],
     tokens: pd.DataFrame | ShardedTable,
     bow: BowCorpus,
+    embeddings: DocumentEmbeddings,
     candidates: dict[str, Any],
     params: dict[str, Any],
 ) -> dict[str, Any]:
     """Score every model on this organisation (perplexity and SVM macro-F1 on its held-out
     documents) and count the candidate words and pairs in its texts, once per context kind.
+    A contextual model (CombinedTM, ZeroShotTM) reads the held-out documents' ``embeddings``
+    too; its completion perplexity is then not comparable with a bag-of-words model's (the
+    embedding is of the whole document: docs/ctm.md).
 
     The token shards are read whole (only the organisation, tokens and label columns): the
     counts need every document of the organisation.
@@ -157,11 +163,19 @@ def evaluate_organisation(
     if len(test) == 0:
         logger.warning("organisation %s has no held-out documents: perplexity and F1 left out", org)
     dense = torch.from_numpy(test.matrix.toarray()) if len(test) else None
+    contextual = any(m.config.model.family in CONTEXTUAL_FAMILIES for m in models.values())
+    test_embeddings = None
+    if contextual:  # the held-out documents' embeddings, row for row
+        test_embeddings = contextual_split(bow, embeddings, "test", f"clients.{org}.embeddings").embeddings
     for name, trained in tqdm(models.items(), desc=f"perplexity and F1 {org}", leave=False):
         model = trained.to_model()
-        scores[name]["perplexity"] = completion_perplexity(model, test.matrix, config.seed) if len(test) else None
+        extra = test_embeddings if trained.config.model.family in CONTEXTUAL_FAMILIES else None
+        scores[name]["perplexity"] = (
+            completion_perplexity(model, test.matrix, config.seed, embeddings=extra) if len(test) else None
+        )
         if dense is not None:
-            theta = model.doc_topic(dense).numpy()
+            inputs = dense if extra is None else ContextualBatch(dense, torch.from_numpy(extra))
+            theta = model.doc_topic(inputs).numpy()
             scores[name]["macro_f1"] = svm_macro_f1(theta, test.labels, config.svm_test_size, config.svm_c, config.seed)
         else:
             scores[name]["macro_f1"] = None

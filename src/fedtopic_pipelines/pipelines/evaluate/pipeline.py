@@ -21,7 +21,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
         [
             Node(
                 evaluate_organisation,
-                inputs=["trained_models", "tokens", "bow", "coherence_candidates", "params:evaluate"],
+                inputs=["trained_models", "tokens", "bow", "embeddings", "coherence_candidates", "params:evaluate"],
                 outputs="evaluation",
                 name="evaluate_organisation",
             )

@@ -1,4 +1,4 @@
-"""``train``: federated, centralized and non-collaborative ProdLDA on the same data."""
+"""``train``: federated, centralized and non-collaborative models of the configured family on the same data."""
 
 from fedtopic_pipelines.pipelines.train.pipeline import create_pipeline
 

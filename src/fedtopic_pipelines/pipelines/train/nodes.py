@@ -7,11 +7,14 @@ from typing import Any
 
 import pandas as pd
 
-from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, ConfigError, TrainConfig
+from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, TrainConfig
+from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+
+EMBEDDINGS = "embeddings__"  # keyword prefix of an organisation's embeddings (its bag of words: its name)
 
 
 def train_models(
@@ -20,9 +23,11 @@ def train_models(
     preprocess_params: dict[str, Any],
     consensus_params: dict[str, Any],
     common_vocabulary: pd.DataFrame,
-    **bows: BowCorpus,
+    **inputs: BowCorpus | DocumentEmbeddings,
 ) -> tuple[dict[str, TrainedModel], dict[str, Any], dict[str, Any]]:
-    """Train the configured scenarios on each organisation's training split.
+    """Train the configured scenarios on each organisation's training split (``inputs``: each
+    organisation's bag of words by its name, and its sentence embeddings by ``embeddings__<org>``,
+    read only by a contextual family).
 
     With ``train.engine: flower`` the federated scenario runs on the Flower federation of
     ``train.flower.federation_dir`` (``make federation-up``), each node on its own data;
@@ -32,12 +37,8 @@ def train_models(
     prefixes its keys with ``train.``), with the rounds an organisation was left out of.
     """
     config = TrainConfig.from_params(params)
-    if config.model.family in CONTEXTUAL_FAMILIES:
-        raise ConfigError(
-            f"parameter 'train.model.family' is {config.model.family!r}: the pipelines do not compute the "
-            "organisations' sentence embeddings yet (issue 15), so CombinedTM and ZeroShotTM train only "
-            "through the Python API (core.training.train_scenarios with ContextualData); use 'prodlda' here"
-        )
+    embeddings = {key.removeprefix(EMBEDDINGS): value for key, value in inputs.items() if key.startswith(EMBEDDINGS)}
+    bows = {key: value for key, value in inputs.items() if not key.startswith(EMBEDDINGS)}
     require_same(  # bags of words of another run's vocabulary stop here, not at an index
         "vocabulary",
         vocabulary_fingerprint(common_vocabulary["term"].tolist()),
@@ -45,7 +46,13 @@ def train_models(
         "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
         built_from="vectorised with",
     )
-    matrices = {org: bows[org].subset("train").matrix for org in organisations}
+    if config.model.family in CONTEXTUAL_FAMILIES:  # bag of words and embeddings, row for row
+        matrices = {
+            org: contextual_split(bows[org], embeddings[org], "train", f"clients.{org}.embeddings")
+            for org in organisations
+        }
+    else:
+        matrices = {org: bows[org].subset("train").matrix for org in organisations}
     on_flower = config.engine == "flower" and "federated" in config.scenarios
     rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
     models: dict[str, TrainedModel] = {}

@@ -3,7 +3,7 @@
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.naming import client
-from fedtopic_pipelines.pipelines.train.nodes import train_models
+from fedtopic_pipelines.pipelines.train.nodes import EMBEDDINGS, train_models
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
@@ -18,6 +18,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "consensus_params": "params:vocab_consensus",
                     "common_vocabulary": "common_vocabulary",
                     **{org: client(org, "bow") for org in organisations},
+                    **{EMBEDDINGS + org: client(org, "embeddings") for org in organisations},
                 },
                 outputs=["trained_models", "training_history", "training_metrics_mlflow"],
                 name="train_models",
