@@ -25,7 +25,8 @@ def test_unknown_scenario_is_named() -> None:
 
 
 def test_unknown_family_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"parameter 'train.model.family' is 'lda'; expected one of \['prodlda', 'combinedtm', 'zeroshottm'\]"):
+    families = r"\['prodlda', 'combinedtm', 'zeroshottm'\]"
+    with pytest.raises(ConfigError, match=r"parameter 'train.model.family' is 'lda'; expected one of " + families):
         TrainConfig.from_params({"model": {"family": "lda"}})
 
 
