@@ -36,7 +36,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     scripts = {p.name for p in BENCH.glob("*.py") if p.name not in {"common.py", "dumpgen.py", "ctm_runner.py"}}
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
-    tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py"}
+    tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -139,3 +139,10 @@ def test_bench_learning_curve_smoke(tmp_path) -> None:
     lines = out.read_text().splitlines()
     assert lines[0].startswith("variant,scenario,batch_size,lr,seed,round,passes,npmi,topic_diversity")
     assert len(lines) >= 3  # a row per evaluated pass, header first
+
+
+def test_bench_embeddings_smoke() -> None:
+    out = run_bench("bench_embeddings.py", "--smoke")
+    rows = [line for line in out.splitlines() if line.startswith("| ")][2:]
+    assert len(rows) == 5 and rows[0].startswith("| reference: CTM 2.6.1"), out
+    assert "| 1.000 / 1.000 |" in rows[1]  # ours at 128 pieces equals the reference's embeddings

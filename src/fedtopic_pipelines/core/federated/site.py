@@ -123,12 +123,18 @@ class Site:
         from its own cache or computed here (``core/text/embeddings.py``): a
         ``DocumentEmbeddings``. They never leave the organisation; only gradients do."""
         from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, documents_fingerprint
-        from fedtopic_pipelines.core.text.embeddings import EmbeddingCache, model_fingerprint, resolve_model_path
+        from fedtopic_pipelines.core.text.embeddings import EmbeddingCache, encoder_fingerprint, resolve_model_path
 
         texts = texts_of(raw, doc_ids, self.name)
-        cache = EmbeddingCache(cache_dir)
-        values = cache.load_or_compute(texts, config.model, batch_size=config.batch_size, threads=config.threads)
-        model = model_fingerprint(resolve_model_path(config.model))
+        values = EmbeddingCache(cache_dir).load_or_compute(
+            texts,
+            config.model,
+            batch_size=config.batch_size,
+            threads=config.threads,
+            max_seq_length=config.max_seq_length,
+            quantize=config.quantize,
+        )
+        model = encoder_fingerprint(resolve_model_path(config.model), config.max_seq_length, config.quantize)
         return DocumentEmbeddings(values, documents_fingerprint(doc_ids), model)
 
     def vectorise(self, tokens, terms: Sequence[str], proposal: Mapping[str, int] | None = None):

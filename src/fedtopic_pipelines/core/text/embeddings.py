@@ -105,12 +105,19 @@ def _threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-_MODELS: dict[str, Any] = {}
+_MODELS: dict[tuple, Any] = {}
 
 
-def load_model(path: Path):
-    """The sentence-transformers model at ``path`` on the CPU (kept per process)."""
-    key = str(path)
+def encoder_fingerprint(path: Path, max_seq_length: int | None = None, quantize: bool = False) -> str:
+    """Identity of an encoder as used: the model folder and the settings that change its output."""
+    return hashlib.sha256(json.dumps([model_fingerprint(path), max_seq_length, quantize]).encode()).hexdigest()[:16]
+
+
+def load_model(path: Path, max_seq_length: int | None = None, quantize: bool = False):
+    """The sentence-transformers model at ``path`` on the CPU (kept per process), reading at
+    most ``max_seq_length`` word pieces per text (None: the model's own limit), with its
+    linear layers quantised to int8 when ``quantize``."""
+    key = (str(path), max_seq_length, quantize)
     if key not in _MODELS:
         import warnings
 
@@ -121,9 +128,16 @@ def load_model(path: Path):
             from sentence_transformers import SentenceTransformer
 
         try:
-            _MODELS[key] = SentenceTransformer(key, device="cpu")
+            encoder = SentenceTransformer(str(path), device="cpu")
         except Exception as exc:  # any loading failure: name the parameter
             raise EmbeddingError(f"parameter '{PARAMETER}': the model at '{path}' cannot be loaded: {exc}") from exc
+        if max_seq_length is not None:
+            encoder.max_seq_length = max_seq_length
+        if quantize:
+            import torch
+
+            encoder = torch.ao.quantization.quantize_dynamic(encoder, {torch.nn.Linear}, dtype=torch.qint8)
+        _MODELS[key] = encoder
     return _MODELS[key]
 
 
@@ -134,6 +148,8 @@ def embed_texts(
     threads: int | None = None,
     progress: bool = True,
     sort_by_length: bool = True,
+    max_seq_length: int | None = 128,
+    quantize: bool = False,
 ) -> np.ndarray:
     """Embeddings (float32, one row per text, input order) of ``texts`` with ``model``.
 
@@ -143,7 +159,7 @@ def embed_texts(
     from tqdm.auto import tqdm
 
     path = resolve_model_path(model)
-    encoder = load_model(path)
+    encoder = load_model(path, max_seq_length, quantize)
     texts = [str(t) for t in texts]
     order = np.argsort([len(t) for t in texts], kind="stable") if sort_by_length else np.arange(len(texts))
     dimension = int(encoder.get_sentence_embedding_dimension() or 0)
@@ -152,7 +168,8 @@ def embed_texts(
     with _threads(threads), tqdm(total=len(texts), desc="sentence embeddings", unit="doc", disable=not progress) as bar:
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
-            encoded = encoder.encode([texts[i] for i in rows], batch_size=batch_size, convert_to_numpy=True)
+            batch = [texts[i] for i in rows]
+            encoded = encoder.encode(batch, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
             values[rows] = np.asarray(encoded, dtype=np.float32)
             bar.update(len(rows))
     seconds = time.perf_counter() - started
@@ -211,16 +228,31 @@ class EmbeddingCache:
         os.replace(partial_meta, self.meta_path)
 
     def load_or_compute(
-        self, texts: Sequence[str], model: str, batch_size: int = 64, threads: int | None = None, progress: bool = True
+        self,
+        texts: Sequence[str],
+        model: str,
+        batch_size: int = 64,
+        threads: int | None = None,
+        progress: bool = True,
+        max_seq_length: int | None = 128,
+        quantize: bool = False,
     ) -> np.ndarray:
         """The embeddings of ``texts``, from the cache when it holds exactly these texts
-        embedded by this model, otherwise computed and cached."""
-        model_id = model_fingerprint(resolve_model_path(model))
+        embedded by this encoder (model and settings), otherwise computed and cached."""
+        model_id = encoder_fingerprint(resolve_model_path(model), max_seq_length, quantize)
         texts_id = texts_fingerprint(texts)
         cached = self.load(model_id, texts_id)
         if cached is not None:
             logger.info("embeddings of %d documents from the cache %s", len(texts), self.folder)
             return cached
-        values = embed_texts(texts, model, batch_size=batch_size, threads=threads, progress=progress)
+        values = embed_texts(
+            texts,
+            model,
+            batch_size=batch_size,
+            threads=threads,
+            progress=progress,
+            max_seq_length=max_seq_length,
+            quantize=quantize,
+        )
         self.save(values, model_id, texts_id)
         return values
