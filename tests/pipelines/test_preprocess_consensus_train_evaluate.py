@@ -331,3 +331,35 @@ def test_the_chain_trains_and_evaluates_a_contextual_family(family, tiny_raw_tab
     swapped[EMBEDDINGS + "alpha"] = out["clients.beta.embeddings"]
     with pytest.raises(LineageError, match=r"clients\.alpha\.embeddings were computed for other documents"):
         train_models(params, ORGS, PRE, VOCAB, out["common_vocabulary"], **bows, **swapped)
+
+
+def test_the_real_data_experiment_writes_amwmd_per_node_and_model(tiny_raw_tables, tiny_sentence_model, tmp_path):
+    """Issue 15 part 4 (gFedNTM Fig. 4) on the tiny corpus: node models, federated at two topic
+    counts, AMWMD of every model against each node's topics, pooled NPMI beside it."""
+    from fedtopic_pipelines.pipelines import realdata
+    from tests.conftest import TINY_EMBEDDING_SIZE
+
+    model = {**TRAIN["model"], "family": "zeroshottm", "embedding_size": TINY_EMBEDDING_SIZE}
+    params = {**TRAIN, "max_steps": 40, "model": model, "embeddings": {"model": str(tiny_sentence_model)}}
+    data = {
+        **_raw(tiny_raw_tables),
+        **_caches(ORGS, tmp_path),
+        "params:preprocess": PRE,
+        "params:vocab_consensus": VOCAB,
+        "params:train": params,
+        "params:organisations": ORGS,
+        "params:evaluate": EVAL,
+        "params:realdata": {"node_topics": 3, "federated_topics": [3, 5], "top_words": 5},
+    }
+    pipe = preprocess.create_pipeline(ORGS) + vocab_consensus.create_pipeline(ORGS) + embed.create_pipeline(ORGS)
+    out = run_slice(pipe + realdata.create_pipeline(ORGS), data)
+    models = out["realdata_models"]
+    assert set(models) == {"local__alpha", "local__beta", "local__gamma", "federated_3", "federated_5"}
+    assert models["federated_5"].config.model.n_topics == 5 and models["local__beta"].config.model.n_topics == 3
+    result = out["realdata_amwmd"]
+    assert set(result["amwmd"]) == set(ORGS) and set(result["amwmd"]["alpha"]) == set(models)
+    assert result["amwmd"]["alpha"]["local__alpha"] == pytest.approx(0, abs=1e-6)  # a node's own model
+    assert result["amwmd"]["alpha"]["local__beta"] > 0.1
+    assert set(result["claim"]["alpha"]["federated_better_than_every_other_node"]) == {"federated_3", "federated_5"}
+    assert math.isfinite(result["pooled"]["federated_5"]["c_npmi"])
+    assert out["realdata_figure"].axes

@@ -447,6 +447,21 @@ class TrainConfig(ConfigModel):
         return self.model_dump(mode="json", exclude=exclude)
 
 
+# gFedNTM's real-data experiment (Fig. 4) ----------------------------------------------
+class RealDataConfig(ConfigModel):
+    """The ``realdata`` block: each organisation's own model at ``node_topics`` topics, a
+    federated model at each of ``federated_topics``, all of the ``train`` block's family and
+    settings otherwise; AMWMD over ``top_words`` words per topic with ``word_vectors``
+    (``glove-6b-50d``, or a gensim KeyedVectors / word2vec file)."""
+
+    block: ClassVar[str] = "realdata"
+
+    node_topics: Annotated[int, Field(ge=2)] = 10
+    federated_topics: Annotated[tuple[Annotated[int, Field(ge=2)], ...], Field(min_length=1)] = (10, 25)
+    word_vectors: Annotated[str, Field(min_length=1)] = "glove-6b-50d"
+    top_words: PositiveInt = 10
+
+
 # Evaluation ---------------------------------------------------------------------------
 class EvaluateConfig(ConfigModel):
     """Evaluation settings (coherence, diversity, classification).

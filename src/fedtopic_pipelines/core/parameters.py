@@ -23,6 +23,7 @@ from fedtopic_pipelines.core.config import (
     IngestTableConfig,
     IngestWikipediaConfig,
     PreprocessConfig,
+    RealDataConfig,
     TrainConfig,
     from_mapping,
 )
@@ -37,6 +38,7 @@ BLOCKS: dict[str, type[ConfigModel]] = {
     "vocab_consensus": ConsensusConfig,
     "train": TrainConfig,
     "evaluate": EvaluateConfig,
+    "realdata": RealDataConfig,
 }
 SCALARS = ("corpus", "organisations")
 SYNTHETIC = "synthetic"

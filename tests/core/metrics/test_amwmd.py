@@ -51,7 +51,7 @@ def test_the_matrix_has_a_row_per_node_and_a_column_per_model(vectors) -> None:
 
 
 def test_vector_sources(tmp_path) -> None:
-    with pytest.raises(AMWMDError, match="'amwmd.word_vectors' is '.*nowhere.kv': no such file"):
+    with pytest.raises(AMWMDError, match="'realdata.word_vectors' is '.*nowhere.kv': no such file"):
         load_word_vectors(str(tmp_path / "nowhere.kv"))
     glove = load_word_vectors()
     assert glove.vectors.shape == (400_000, 50)

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 logger = logging.getLogger(__name__)
 
 DEFAULT_VECTORS = "glove-6b-50d"
-PARAMETER = "amwmd.word_vectors"
+PARAMETER = "realdata.word_vectors"
 _CACHE: dict[str, object] = {}
 
 

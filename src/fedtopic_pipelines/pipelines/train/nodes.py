@@ -37,22 +37,7 @@ def train_models(
     prefixes its keys with ``train.``), with the rounds an organisation was left out of.
     """
     config = TrainConfig.from_params(params)
-    embeddings = {key.removeprefix(EMBEDDINGS): value for key, value in inputs.items() if key.startswith(EMBEDDINGS)}
-    bows = {key: value for key, value in inputs.items() if not key.startswith(EMBEDDINGS)}
-    require_same(  # bags of words of another run's vocabulary stop here, not at an index
-        "vocabulary",
-        vocabulary_fingerprint(common_vocabulary["term"].tolist()),
-        {f"clients.{org}.bow": bows[org].vocabulary for org in organisations},
-        "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
-        built_from="vectorised with",
-    )
-    if config.model.family in CONTEXTUAL_FAMILIES:  # bag of words and embeddings, row for row
-        matrices = {
-            org: contextual_split(bows[org], embeddings[org], "train", f"clients.{org}.embeddings")
-            for org in organisations
-        }
-    else:
-        matrices = {org: bows[org].subset("train").matrix for org in organisations}
+    matrices = training_matrices(config, organisations, common_vocabulary, inputs)
     on_flower = config.engine == "flower" and "federated" in config.scenarios
     rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
     models: dict[str, TrainedModel] = {}
@@ -71,6 +56,29 @@ def train_models(
         models.update(train_scenarios(matrices, config.replace(scenarios=rest), vocabulary=common_vocabulary))
     history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
     return models, history, mlflow
+
+
+def training_matrices(
+    config: TrainConfig, organisations: list[str], common_vocabulary: pd.DataFrame, inputs: dict[str, Any]
+) -> dict[str, Any]:
+    """Each organisation's training split: its bag of words (``inputs[org]``), with its sentence
+    embeddings (``inputs["embeddings__" + org]``) for a contextual family; both checked to be
+    of the current vocabulary and of the same documents."""
+    embeddings = {key.removeprefix(EMBEDDINGS): value for key, value in inputs.items() if key.startswith(EMBEDDINGS)}
+    bows = {key: value for key, value in inputs.items() if not key.startswith(EMBEDDINGS)}
+    require_same(  # bags of words of another run's vocabulary stop here, not at an index
+        "vocabulary",
+        vocabulary_fingerprint(common_vocabulary["term"].tolist()),
+        {f"clients.{org}.bow": bows[org].vocabulary for org in organisations},
+        "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
+        built_from="vectorised with",
+    )
+    if config.model.family in CONTEXTUAL_FAMILIES:  # bag of words and embeddings, row for row
+        return {
+            org: contextual_split(bows[org], embeddings[org], "train", f"clients.{org}.embeddings")
+            for org in organisations
+        }
+    return {org: bows[org].subset("train").matrix for org in organisations}
 
 
 def _json_number(value: float | None) -> float | None:
