@@ -1,4 +1,9 @@
-"""Benchmark: our ProdLDA against contextualized-topic-models 2.6.1's, side by side.
+"""Benchmark: our ProdLDA, CombinedTM or ZeroShotTM against contextualized-topic-models 2.6.1's, side by side.
+
+``--family combinedtm`` / ``zeroshottm``: every system is that model, and every system reads
+the same sentence embeddings, computed once per document with our encoder
+(``train.embeddings``; cached under ``.cache/bench/embeddings``); the reference is CTM's own
+CombinedTM / ZeroShotTM on them. The default, ProdLDA, is described below.
 
 On the demo corpus's bag of words (the chosen environment's parameters, built through the
 pipelines' own site steps, ``common.demo_corpus``), for each seed, with the same number of
@@ -58,8 +63,9 @@ from fedtopic_pipelines.core.training import train_scenarios
 logger = logging.getLogger("bench")
 
 CTM_PACKAGES = ("contextualized-topic-models==2.6.1", "wordcloud==1.9.4")  # wordcloud: imported by ctm.py
-REFERENCE = "CTM 2.6.1 ProdLDA (reference)"
-SYSTEMS = (REFERENCE, "ours, centralized", "ours, federated (5 organisations)")
+REFERENCE = {"prodlda": "CTM 2.6.1 ProdLDA (reference)", "combinedtm": "CTM 2.6.1 CombinedTM (reference)"}
+REFERENCE["zeroshottm"] = "CTM 2.6.1 ZeroShotTM (reference)"
+OURS = ("ours, centralized", "ours, federated (5 organisations)")
 
 
 def ctm_python(venv: Path, create: bool) -> Path | None:
@@ -82,11 +88,16 @@ def ctm_python(venv: Path, create: bool) -> Path | None:
     return python
 
 
-def run_reference(python: Path, train: sp.csr_matrix, test: sp.csr_matrix, settings: dict, timeout: float) -> dict:
-    """CTM in a subprocess of its own venv: the BoW goes in through a file, its results come back in one."""
+def run_reference(
+    python: Path, train: sp.csr_matrix, test: sp.csr_matrix, settings: dict, timeout: float, embeddings=None
+) -> dict:
+    """CTM in a subprocess of its own venv: the BoW (and, for a contextual family, the train and
+    test embeddings) go in through a file, its results come back in one."""
     with tempfile.TemporaryDirectory(prefix="bench-ctm-") as tmp:
         source, target = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         arrays = {}
+        if embeddings is not None:
+            arrays |= {"train_embeddings": embeddings[0], "test_embeddings": embeddings[1]}
         for name, matrix in (("train", train), ("test", test)):
             matrix = matrix.tocsr().astype(np.float32)
             arrays |= {f"{name}_data": matrix.data, f"{name}_indices": matrix.indices}
@@ -107,16 +118,29 @@ def run_reference(python: Path, train: sp.csr_matrix, test: sp.csr_matrix, setti
         return {k: out[k] for k in out.files}
 
 
-def run_ours(matrices: dict, vocabulary, env: str | None, scenario: str, steps: int, seed: int, test) -> dict:
-    """One of our scenarios through the pipelines' training entry point, with its CPU time."""
+def run_ours(
+    matrices: dict, vocabulary, env: str | None, scenario: str, steps: int, seed: int, test, family: str = "prodlda"
+) -> dict:
+    """One of our scenarios through the pipelines' training entry point, with its CPU time; a
+    contextual family's ``test`` is (bag of words, embeddings)."""
     overrides = {"scenarios": [scenario], "max_steps": steps, "max_epochs": None, "seed": seed}
+    overrides["model"] = {"family": family}
+    if family != "prodlda":
+        overrides["model"]["embedding_size"] = int(test[1].shape[1])
     _, project = project_config(env, {"train": {**overrides, "validation_fraction": 0.0}})
     cpu, wall = time.process_time(), time.perf_counter()
     trained = train_scenarios(matrices, project.train, progress=False, vocabulary=vocabulary)[scenario]
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     model = trained.to_model()
     documents = steps * len(matrices) * project.train.batch_size  # every organisation holds > batch_size
-    theta = model.doc_topic(torch.from_numpy(test.toarray().astype(np.float32))).numpy()
+    if family == "prodlda":
+        theta = model.doc_topic(torch.from_numpy(test.toarray().astype(np.float32))).numpy()
+    else:
+        from fedtopic_pipelines.core.models.ctm import ContextualBatch
+
+        bow, embedded = test
+        batch = ContextualBatch(torch.from_numpy(bow.toarray().astype(np.float32)), torch.from_numpy(embedded))
+        theta = model.doc_topic(batch).numpy()
     return {
         "topic_word": model.topic_word().numpy(),
         "test_theta": theta,
@@ -124,6 +148,36 @@ def run_ours(matrices: dict, vocabulary, env: str | None, scenario: str, steps: 
         "wall_s": wall,
         "documents": documents,
     }
+
+
+def contextual_inputs(params: dict, project, bows: dict, env: str | None):
+    """Every document's sentence embedding, computed once with our encoder (``train.embeddings``)
+    and cached per organisation: our training data (bag of words + embeddings per organisation),
+    our pooled test input, and the reference's (train, test) embeddings in pooled order."""
+    from common import demo_tables
+
+    from fedtopic_pipelines.core.families.ctm import ContextualData
+    from fedtopic_pipelines.core.federated.site import texts_of
+    from fedtopic_pipelines.core.text.embeddings import EmbeddingCache
+
+    tables, settings = demo_tables(params), project.train.embeddings
+    matrices, test_bows, train_embedded, test_embedded = {}, [], [], []
+    for org, bow in bows.items():
+        cache = EmbeddingCache(ROOT / ".cache" / "bench" / "embeddings" / (env or "base") / org)
+        values = cache.load_or_compute(
+            texts_of(tables[org], bow.doc_ids.tolist(), org),
+            settings.model,
+            batch_size=settings.batch_size,
+            max_seq_length=settings.max_seq_length,
+            quantize=settings.quantize,
+        )
+        train, test = bow.split == "train", bow.split == "test"
+        matrices[org] = ContextualData(bow.matrix[train].tocsr(), values[train])
+        train_embedded.append(values[train])
+        test_bows.append(bow.matrix[test])
+        test_embedded.append(values[test])
+    test_input = (sp.vstack(test_bows).tocsr(), np.concatenate(test_embedded).astype(np.float32))
+    return matrices, test_input, (np.concatenate(train_embedded), test_input[1])
 
 
 def pooled_npmi(topic_lists: list[list[str]], texts: list[list[str]]) -> list[float]:
@@ -163,9 +217,18 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="leave the reference library out")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     parser.add_argument("--smoke", action="store_true", help="smoke environment, 2 epochs, 1 seed")
+    parser.add_argument(
+        "--family",
+        default="prodlda",
+        choices=("prodlda", "combinedtm", "zeroshottm"),
+        help="the model of every system; combinedtm / zeroshottm embed every document once (our encoder, "
+        "cached in .cache/bench/embeddings) and give all systems the same embeddings",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.env, args.epochs, args.seeds = "smoke", 2, 1
+    reference_name = REFERENCE[args.family]
+    systems = (reference_name, *OURS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
     params, project = project_config(args.env)
@@ -181,8 +244,11 @@ def main() -> None:
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
     tests = [bow.subset("test") for bow in bows.values()]
     test = sp.vstack([t.matrix for t in tests]).tocsr()
+    ours_test, reference_embeddings = test, None
+    if args.family != "prodlda":
+        matrices, ours_test, reference_embeddings = contextual_inputs(params, project, bows, args.env)
     labels = np.concatenate([t.labels for t in tests])
-    pooled_train = sp.vstack(list(matrices.values())).tocsr()
+    pooled_train = sp.vstack([getattr(m, "bow", m) for m in matrices.values()]).tocsr()
     pooled_texts = [t for org in texts for t in texts[org]]
     train_config = project.train
     n_docs = pooled_train.shape[0]
@@ -197,10 +263,9 @@ def main() -> None:
         steps,
         len(matrices) * train_config.batch_size,
     )
-    run_ours(
-        matrices, vocabulary, args.env, "centralized", 2, 0, test[:2]
-    )  # warm-up: first-call costs out of the timings
-    runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
+    warm = ours_test if args.family == "prodlda" else (ours_test[0][:2], ours_test[1][:2])
+    run_ours(matrices, vocabulary, args.env, "centralized", 2, 0, warm, args.family)  # first-call costs out
+    runs: dict[str, list[dict]] = {name: [] for name in systems}
     for seed in range(args.seeds):
         if python is not None:
             settings = {
@@ -210,16 +275,19 @@ def main() -> None:
                 "batch_size": train_config.batch_size,
                 "n_topics": train_config.model.n_topics,
                 "hidden_sizes": list(train_config.model.hidden_sizes),
+                "family": args.family,
             }
-            runs[REFERENCE].append(run_reference(python, pooled_train, test, settings, timeout=7200))
-            logger.info("seed %d: reference trained in %.1f CPU-s", seed, float(runs[REFERENCE][-1]["cpu_s"]))
-        for name, scenario in zip(SYSTEMS[1:], ("centralized", "federated"), strict=True):
-            runs[name].append(run_ours(matrices, vocabulary, args.env, scenario, steps, seed, test))
+            runs[reference_name].append(
+                run_reference(python, pooled_train, test, settings, timeout=7200, embeddings=reference_embeddings)
+            )
+            logger.info("seed %d: reference trained in %.1f CPU-s", seed, float(runs[reference_name][-1]["cpu_s"]))
+        for name, scenario in zip(systems[1:], ("centralized", "federated"), strict=True):
+            runs[name].append(run_ours(matrices, vocabulary, args.env, scenario, steps, seed, ours_test, args.family))
             logger.info("seed %d: %s trained in %.1f CPU-s", seed, name, runs[name][-1]["cpu_s"])
     # one coherence count for every topic of every model
     ranked = [
         (name, i, top_words(r["topic_word"], terms, evaluate.top_words))
-        for name in SYSTEMS
+        for name in systems
         for i, r in enumerate(runs[name])
     ]
     per_topic = pooled_npmi([t for _, _, topics in ranked for t in topics], pooled_texts) if ranked else []
@@ -232,6 +300,7 @@ def main() -> None:
         run["macro_f1"] = svm_macro_f1(run["test_theta"], labels, evaluate.svm_test_size, evaluate.svm_c, evaluate.seed)
         run["docs_per_cpu_s"] = float(run["documents"]) / float(run["cpu_s"])
         run["topics"] = [" ".join(t) for t in topics]
+    print(f"model family: {args.family}")
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"{args.threads} thread(s) per system"
@@ -252,8 +321,8 @@ def main() -> None:
     )
     print("| " + " | ".join(header) + " | vs reference |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    reference = runs[REFERENCE]
-    for name in SYSTEMS:
+    reference = runs[reference_name]
+    for name in systems:
         if not runs[name]:
             print(f"| {name} | skipped | | | | | |")
             continue

@@ -1,4 +1,4 @@
-"""Trains contextualized-topic-models 2.6.1's ProdLDA on a bag of words; run by bench_quality.py.
+"""Trains contextualized-topic-models 2.6.1's ProdLDA, CombinedTM or ZeroShotTM; run by bench_quality.py.
 
 Runs inside the reference's own virtual environment (``bench_quality.py`` creates it), never
 the project's, and imports nothing from the project: it reads the pooled training and test
@@ -15,6 +15,10 @@ Every other setting is CTM's default (Adam with betas (0.99, 0.99), lr 2e-3, dro
 learned priors, summed loss, ``drop_last`` batches) except the topics, hidden sizes and
 batch size, which follow the project's, and ``num_data_loader_workers=0`` so the CPU time of
 this process is the CPU time of training.
+
+With ``family`` combinedtm or zeroshottm in the settings, the model is that one, fed the
+sentence embeddings the benchmark computed once for every system (``train_embeddings``,
+``test_embeddings`` in the input file).
 
     <ctm-venv>/bin/python bench/ctm_runner.py INPUT.npz OUTPUT.npz
 """
@@ -45,17 +49,23 @@ def main() -> None:
 
     import contextualized_topic_models
     from contextualized_topic_models.datasets.dataset import CTMDataset
-    from contextualized_topic_models.models.ctm import ZeroShotTM
+    from contextualized_topic_models.models.ctm import CombinedTM, ZeroShotTM
 
     train = sp.csr_matrix((data["train_data"], data["train_indices"], data["train_indptr"]), shape=data["train_shape"])
     test = sp.csr_matrix((data["test_data"], data["test_indices"], data["test_indptr"]), shape=data["test_shape"])
     vocab_size = train.shape[1]
     idx2token = {j: f"w{j}" for j in range(vocab_size)}
-    # CTM's own data preparation gives a CSR BoW; the "contextual" vectors are dense, as embeddings are
-    dataset = CTMDataset(train.toarray(), train, idx2token)
-    model = ZeroShotTM(
+    family = settings.get("family", "prodlda")
+    if family == "prodlda":
+        # CTM's own data preparation gives a CSR BoW; the "contextual" vectors are dense, as embeddings are
+        contextual, test_contextual, model_class = train.toarray(), test.toarray(), ZeroShotTM
+    else:  # the real thing: the same sentence embeddings as ours, CombinedTM or ZeroShotTM
+        contextual, test_contextual = data["train_embeddings"], data["test_embeddings"]
+        model_class = CombinedTM if family == "combinedtm" else ZeroShotTM
+    dataset = CTMDataset(contextual, train, idx2token)
+    model = model_class(
         bow_size=vocab_size,
-        contextual_size=vocab_size,
+        contextual_size=contextual.shape[1],
         n_components=settings["n_topics"],
         hidden_sizes=tuple(settings["hidden_sizes"]),
         batch_size=settings["batch_size"],
@@ -63,8 +73,10 @@ def main() -> None:
         num_data_loader_workers=0,
     )
     logger.info(
-        "CTM %s ZeroShotTM (BoW as the contextual input): %d documents, V = %d, %d epochs, %d threads",
+        "CTM %s %s (%s): %d documents, V = %d, %d epochs, %d threads",
         contextualized_topic_models.__version__,
+        model_class.__name__,
+        "BoW as the contextual input" if family == "prodlda" else "sentence embeddings",
         train.shape[0],
         vocab_size,
         settings["epochs"],
@@ -77,7 +89,7 @@ def main() -> None:
     net = model.model.eval()
     with torch.no_grad():
         x = torch.from_numpy(test.toarray().astype(np.float32))
-        mu, _ = net.get_posterior(x, x)
+        mu, _ = net.get_posterior(x, torch.from_numpy(np.asarray(test_contextual, dtype=np.float32)))
         theta = F.softmax(mu, dim=1).numpy()
     documents = settings["epochs"] * (train.shape[0] // settings["batch_size"]) * settings["batch_size"]
     np.savez(
