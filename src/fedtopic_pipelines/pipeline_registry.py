@@ -144,8 +144,10 @@ def register_pipelines() -> Mapping[str, Pipeline]:
             "ingest": lambda: pipelines[f"ingest_{corpus}"],
             "__default__": lambda: sum((pipelines[name] for name in DEFAULT_CHAIN), Pipeline([])),
             # gFedNTM Fig. 4: the chain up to the embeddings, then the experiment's own models
-            "realdata": lambda: sum((pipelines[name] for name in DEFAULT_CHAIN[:4]), Pipeline([]))
-            + _module("realdata").create_pipeline(orgs),
+            "realdata": lambda: (
+                sum((pipelines[name] for name in DEFAULT_CHAIN[:4]), Pipeline([]))
+                + _module("realdata").create_pipeline(orgs)
+            ),
         }
     )
     logger.info(

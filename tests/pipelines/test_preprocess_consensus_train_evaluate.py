@@ -296,23 +296,32 @@ def test_the_shipped_s2orc_parameters_run_the_whole_chain_on_small_fields(tmp_pa
     assert "the SVM needs at least 6" in out["organisation_check"]["economics"]["warnings"][0]  # said at the start
 
 
-@pytest.mark.parametrize("family", ["combinedtm", "zeroshottm"])
-def test_the_chain_trains_and_evaluates_a_contextual_family(family, tiny_raw_tables, tiny_sentence_model, tmp_path):
-    """Issue 15: each organisation embeds its own documents (cached in its own folder), the
-    models train on bag of words + embeddings and are evaluated with the test documents'."""
+def _contextual_inputs(family: str, tables, sentence_model, folder) -> tuple[dict, dict]:
+    """The chain's inputs with a contextual family embedding by the tiny test encoder: the train
+    block and every input the chain reads."""
     from tests.conftest import TINY_EMBEDDING_SIZE
 
     model = {**TRAIN["model"], "family": family, "embedding_size": TINY_EMBEDDING_SIZE}
-    params = {**TRAIN, "max_steps": 40, "model": model, "embeddings": {"model": str(tiny_sentence_model)}}
+    params = {**TRAIN, "max_steps": 40, "model": model, "embeddings": {"model": str(sentence_model)}}
     data = {
-        **_raw(tiny_raw_tables),
-        **_caches(ORGS, tmp_path),
+        **_raw(tables),
+        **_caches(ORGS, folder),
         "params:preprocess": PRE,
         "params:vocab_consensus": VOCAB,
         "params:train": params,
         "params:organisations": ORGS,
         "params:evaluate": EVAL,
     }
+    return params, data
+
+
+@pytest.mark.parametrize("family", ["combinedtm", "zeroshottm"])
+def test_the_chain_trains_and_evaluates_a_contextual_family(family, tiny_raw_tables, tiny_sentence_model, tmp_path):
+    """Issue 15: each organisation embeds its own documents (cached in its own folder), the
+    models train on bag of words + embeddings and are evaluated with the test documents'."""
+    from tests.conftest import TINY_EMBEDDING_SIZE
+
+    params, data = _contextual_inputs(family, tiny_raw_tables, tiny_sentence_model, tmp_path)
     out = run_slice(_chain(ORGS), data)
     for org in ORGS:
         embedded, bow = out[f"clients.{org}.embeddings"], out[f"clients.{org}.bow"]
@@ -337,20 +346,9 @@ def test_the_real_data_experiment_writes_amwmd_per_node_and_model(tiny_raw_table
     """Issue 15 part 4 (gFedNTM Fig. 4) on the tiny corpus: node models, federated at two topic
     counts, AMWMD of every model against each node's topics, pooled NPMI beside it."""
     from fedtopic_pipelines.pipelines import realdata
-    from tests.conftest import TINY_EMBEDDING_SIZE
 
-    model = {**TRAIN["model"], "family": "zeroshottm", "embedding_size": TINY_EMBEDDING_SIZE}
-    params = {**TRAIN, "max_steps": 40, "model": model, "embeddings": {"model": str(tiny_sentence_model)}}
-    data = {
-        **_raw(tiny_raw_tables),
-        **_caches(ORGS, tmp_path),
-        "params:preprocess": PRE,
-        "params:vocab_consensus": VOCAB,
-        "params:train": params,
-        "params:organisations": ORGS,
-        "params:evaluate": EVAL,
-        "params:realdata": {"node_topics": 3, "federated_topics": [3, 5], "top_words": 5},
-    }
+    _, data = _contextual_inputs("zeroshottm", tiny_raw_tables, tiny_sentence_model, tmp_path)
+    data["params:realdata"] = {"node_topics": 3, "federated_topics": [3, 5], "top_words": 5}
     pipe = preprocess.create_pipeline(ORGS) + vocab_consensus.create_pipeline(ORGS) + embed.create_pipeline(ORGS)
     out = run_slice(pipe + realdata.create_pipeline(ORGS), data)
     models = out["realdata_models"]

@@ -15,13 +15,12 @@ them in its own cache folder; they never travel (only gradients do: docs/ctm.md)
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,21 +89,6 @@ def texts_fingerprint(texts: Sequence[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def _threads(threads: int | None) -> Iterator[None]:
-    if threads is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 _MODELS: dict[tuple, Any] = {}
 
 
@@ -158,6 +142,8 @@ def embed_texts(
     """
     from tqdm.auto import tqdm
 
+    from fedtopic_pipelines.core.training import compute_threads
+
     path = resolve_model_path(model)
     encoder = load_model(path, max_seq_length, quantize)
     texts = [str(t) for t in texts]
@@ -165,7 +151,8 @@ def embed_texts(
     dimension = int(encoder.get_sentence_embedding_dimension() or 0)
     values = np.zeros((len(texts), dimension), dtype=np.float32)
     started = time.perf_counter()
-    with _threads(threads), tqdm(total=len(texts), desc="sentence embeddings", unit="doc", disable=not progress) as bar:
+    bar = tqdm(total=len(texts), desc="sentence embeddings", unit="doc", disable=not progress)
+    with compute_threads(threads), bar:
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
             batch = [texts[i] for i in rows]
