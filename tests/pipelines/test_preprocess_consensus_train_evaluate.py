@@ -1,5 +1,6 @@
 """Sliced runs of preprocess -> vocab_consensus -> train -> evaluate on a tiny corpus."""
 
+import json
 import math
 
 import numpy as np
@@ -355,6 +356,7 @@ def test_the_real_data_experiment_writes_amwmd_per_node_and_model(tiny_raw_table
     assert set(models) == {"local__alpha", "local__beta", "local__gamma", "federated_3", "federated_5"}
     assert models["federated_5"].config.model.n_topics == 5 and models["local__beta"].config.model.n_topics == 3
     result = out["realdata_amwmd"]
+    assert json.loads(json.dumps(result)) == result  # what the JSON dataset writes
     assert set(result["amwmd"]) == set(ORGS) and set(result["amwmd"]["alpha"]) == set(models)
     assert result["amwmd"]["alpha"]["local__alpha"] == pytest.approx(0, abs=1e-6)  # a node's own model
     assert result["amwmd"]["alpha"]["local__beta"] > 0.1

@@ -70,12 +70,13 @@ def compare_topics(
     federated = [name for name in models if name.startswith("federated_")]
     claim = {}
     for org in organisations:
-        others = [values.loc[org, LOCAL + o] for o in organisations if o != org]
+        others = [float(values.loc[org, LOCAL + o]) for o in organisations if o != org]
         best_other = min(others) if others else float("nan")
+        mine = {name: float(values.loc[org, name]) for name in federated}
         claim[org] = {
             "best_other_node": best_other,
-            **{name: values.loc[org, name] for name in federated},
-            "federated_better_than_every_other_node": {name: values.loc[org, name] < best_other for name in federated},
+            **mine,
+            "federated_better_than_every_other_node": {name: bool(mine[name] < best_other) for name in federated},
         }
     scores = {name: {m: metrics["models"][name].get(m) for m in ("c_npmi", "topic_diversity")} for name in models}
     result = {
