@@ -119,12 +119,22 @@ def run_reference(
 
 
 def run_ours(
-    matrices: dict, vocabulary, env: str | None, scenario: str, steps: int, seed: int, test, family: str = "prodlda"
+    matrices: dict,
+    vocabulary,
+    env: str | None,
+    scenario: str,
+    steps: int,
+    seed: int,
+    test,
+    family: str = "prodlda",
+    normalization: str | None = None,
 ) -> dict:
     """One of our scenarios through the pipelines' training entry point, with its CPU time; a
     contextual family's ``test`` is (bag of words, embeddings)."""
     overrides = {"scenarios": [scenario], "max_steps": steps, "max_epochs": None, "seed": seed}
     overrides["model"] = {"family": family}
+    if normalization is not None:
+        overrides["model"]["normalization"] = normalization
     if family != "prodlda":
         overrides["model"]["embedding_size"] = int(test[1].shape[1])
     _, project = project_config(env, {"train": {**overrides, "validation_fraction": 0.0}})
@@ -224,6 +234,9 @@ def main() -> None:
         help="the model of every system; combinedtm / zeroshottm embed every document once (our encoder, "
         "cached in .cache/bench/embeddings) and give all systems the same embeddings",
     )
+    parser.add_argument(
+        "--normalization", choices=("batch", "layer", "none"), default=None, help="ours: train.model.normalization"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.env, args.epochs, args.seeds = "smoke", 2, 1
@@ -264,7 +277,7 @@ def main() -> None:
         len(matrices) * train_config.batch_size,
     )
     warm = ours_test if args.family == "prodlda" else (ours_test[0][:2], ours_test[1][:2])
-    run_ours(matrices, vocabulary, args.env, "centralized", 2, 0, warm, args.family)  # first-call costs out
+    run_ours(matrices, vocabulary, args.env, "centralized", 2, 0, warm, args.family, args.normalization)  # warm-up
     runs: dict[str, list[dict]] = {name: [] for name in systems}
     for seed in range(args.seeds):
         if python is not None:
@@ -282,7 +295,8 @@ def main() -> None:
             )
             logger.info("seed %d: reference trained in %.1f CPU-s", seed, float(runs[reference_name][-1]["cpu_s"]))
         for name, scenario in zip(systems[1:], ("centralized", "federated"), strict=True):
-            runs[name].append(run_ours(matrices, vocabulary, args.env, scenario, steps, seed, ours_test, args.family))
+            model = (args.family, args.normalization)
+            runs[name].append(run_ours(matrices, vocabulary, args.env, scenario, steps, seed, ours_test, *model))
             logger.info("seed %d: %s trained in %.1f CPU-s", seed, name, runs[name][-1]["cpu_s"])
     # one coherence count for every topic of every model
     ranked = [

@@ -102,7 +102,7 @@ CASES: dict[str, FamilyCase] = {
             preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
             consensus={"top_n": 50, "min_count": 0, "merge": "union"},
             concatenated=ConcatenatedStreams,
-            variants=({"normalization": "layer"},),
+            variants=({"normalization": "layer"},) if family == "combinedtm" else (),  # ZeroShotTM: batch only
         )
         for family in CONTEXTUAL_FAMILIES
     },

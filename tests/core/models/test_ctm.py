@@ -57,3 +57,12 @@ def test_a_training_step_moves_every_parameter() -> None:
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     names = {f"{layer}.{stat}" for layer in ("mu_bn", "sigma_bn", "beta_bn") for stat in ("mean", "var")}
     assert loss.n == 6 and set(loss.statistics) == names
+
+
+def test_zeroshot_refuses_a_normalisation_that_collapses_it() -> None:
+    from fedtopic_pipelines.core.config import ConfigError, TrainConfig
+
+    for kind in ("layer", "none"):
+        with pytest.raises(ConfigError, match=f"ZeroShotTM needs 'train.model.normalization: batch'.*not '{kind}'"):
+            TrainConfig.from_params({"model": {"family": "zeroshottm", "normalization": kind}})
+    assert TrainConfig.from_params({"model": {"family": "combinedtm", "normalization": "layer"}})  # measured fine
