@@ -66,3 +66,22 @@ def test_zeroshot_refuses_a_normalisation_that_collapses_it() -> None:
         with pytest.raises(ConfigError, match=f"ZeroShotTM needs 'train.model.normalization: batch'.*not '{kind}'"):
             TrainConfig.from_params({"model": {"family": "zeroshottm", "normalization": kind}})
     assert TrainConfig.from_params({"model": {"family": "combinedtm", "normalization": "layer"}})  # measured fine
+
+
+def test_embeddings_of_another_size_are_refused_naming_the_organisation() -> None:
+    from fedtopic_pipelines.core.config import TrainConfig
+    from fedtopic_pipelines.core.families.ctm import ContextualData
+    from fedtopic_pipelines.core.federated.engine import FederationError
+    from fedtopic_pipelines.core.training import train_scenarios
+
+    rng = np.random.default_rng(0)
+    bows = [sp.csr_matrix(rng.poisson(0.5, (n, V)).astype(np.float32)) for n in (10, 12)]
+    data = {
+        "a": ContextualData(bows[0], rng.normal(size=(10, E)).astype(np.float32)),
+        "b": ContextualData(bows[1], rng.normal(size=(12, E + 1)).astype(np.float32)),  # another encoder
+    }
+    config = TrainConfig.from_params(
+        {"model": {"family": "combinedtm", "n_topics": 2, "embedding_size": E}, "max_steps": 2, "batch_size": 4}
+    )
+    with pytest.raises(FederationError, match=r"organisation 'b' has sentence embeddings of size 6, but 'train\.model"):
+        train_scenarios(data, config.replace(scenarios=("federated",)), progress=False)
