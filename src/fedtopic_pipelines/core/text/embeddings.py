@@ -148,7 +148,9 @@ def embed_texts(
     encoder = load_model(path, max_seq_length, quantize)
     texts = [str(t) for t in texts]
     order = np.argsort([len(t) for t in texts], kind="stable") if sort_by_length else np.arange(len(texts))
-    dimension = int(encoder.get_sentence_embedding_dimension() or 0)
+    # sentence-transformers 6 renamed get_sentence_embedding_dimension (deprecated, still there)
+    size = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
+    dimension = int(size() or 0)
     values = np.zeros((len(texts), dimension), dtype=np.float32)
     started = time.perf_counter()
     bar = tqdm(total=len(texts), desc="sentence embeddings", unit="doc", disable=not progress)
