@@ -308,9 +308,40 @@ class ZeroShotTMConfig(ProdLDAConfig):
         return self
 
 
+class Word2VecConfig(ConfigModel):
+    """Skip-gram with negative sampling (Mikolov et al. 2013; seed 003 sec. 3.1.2 and 4.1).
+
+    Defaults are the thesis's sec. 4.1: 200 dimensions, a window of 8, 64 negatives per
+    batch (``negative_sharing: batch``, as TensorFlow's sampled losses draw them: one set
+    for all the batch's pairs; ``pair`` draws ``negatives`` for every pair, as gensim does).
+    The batch size (2048 pairs) and the learning rate (0.1) are ``train.batch_size`` and
+    ``train.optimizer.lr``. ``subsample`` is Mikolov's threshold t for dropping frequent
+    words (0: keep every token); ``noise_power`` the exponent of the unigram noise
+    distribution; both read the consensus vocabulary's summed counts. ``reduction`` says
+    what one server step applies: ``sum`` the gradient of the round's summed pair losses
+    (per-pair SGD, as word2vec's C code and gensim: a pair moves the vectors by the same
+    amount whatever the batch size), ``mean`` that of their mean (the thesis's TensorFlow
+    ``reduce_mean``: each pair's step shrinks with the batch; docs/word2vec.md).
+    ``validation_pairs`` caps the held-out pairs an organisation scores per validation.
+    """
+
+    block: ClassVar[str] = "train.model"
+
+    family: Literal["word2vec"] = "word2vec"
+    dimension: PositiveInt = 200
+    window: PositiveInt = 8
+    negatives: PositiveInt = 64
+    negative_sharing: Literal["batch", "pair"] = "batch"
+    subsample: NonNegativeFloat = 1e-3
+    noise_power: NonNegativeFloat = 0.75
+    reduction: Literal["sum", "mean"] = "mean"
+    validation_pairs: PositiveInt = 100_000
+
+
 CONTEXTUAL_FAMILIES = ("combinedtm", "zeroshottm")  # families whose data carry sentence embeddings
+WORD_FAMILIES = ("word2vec",)  # families that train word vectors on token sequences, not topic models
 DEFAULT_FAMILY = "prodlda"
-FAMILY_TAGS = ("prodlda", *CONTEXTUAL_FAMILIES)  # one per family config; core/families registers them
+FAMILY_TAGS = ("prodlda", *CONTEXTUAL_FAMILIES, *WORD_FAMILIES)  # one per family config; core/families registers them
 
 
 def _family_of(value: Any) -> str | None:
@@ -322,7 +353,8 @@ def _family_of(value: Any) -> str | None:
 ModelConfig = Annotated[
     Annotated[ProdLDAConfig, Tag("prodlda")]
     | Annotated[CombinedTMConfig, Tag("combinedtm")]
-    | Annotated[ZeroShotTMConfig, Tag("zeroshottm")],
+    | Annotated[ZeroShotTMConfig, Tag("zeroshottm")]
+    | Annotated[Word2VecConfig, Tag("word2vec")],
     Discriminator(_family_of),
 ]
 
@@ -332,11 +364,15 @@ Unit = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class OptimizerConfig(ConfigModel):
-    """Server-side optimizer applied to the aggregated gradient (eq. 3, with Adam)."""
+    """Server-side optimizer applied to the aggregated gradient (eq. 3, with Adam).
+
+    ``sgd`` and ``adagrad`` serve every family (on sparse rows they update only the rows a
+    round touched); ``sparse_adam`` (torch's lazy Adam) only the sparse-row family (Word2Vec).
+    """
 
     block: ClassVar[str] = "train.optimizer"
 
-    name: Literal["adam", "sgd"] = "adam"
+    name: Literal["adam", "sgd", "adagrad", "sparse_adam"] = "adam"
     lr: PositiveFloat = 2e-3
     betas: tuple[Unit, Unit] = (0.99, 0.999)
 
@@ -405,6 +441,8 @@ class TrainConfig(ConfigModel):
     cores they do not get make a step several times slower than the CPU share it lost;
     one thread does not (docs/performance.md, "Thread policy").
 
+    ``batch_size`` counts documents for a topic model and skip-gram pairs for Word2Vec.
+
     ``mlflow_every`` (log every N-th round's loss to MLflow) and ``engine`` (in process or
     on a running Flower federation, ``flower``) say how the Kedro node hosts the run; the
     training itself does not read them.
@@ -458,6 +496,51 @@ class TrainConfig(ConfigModel):
         settings are left out too: the organisations' data fingerprints cover their embeddings."""
         exclude = {"flower", "mlflow_every", "checkpoint_dir", "checkpoint_every", "scenarios", "embeddings"}
         return self.model_dump(mode="json", exclude=exclude)
+
+
+# Federated Word2Vec (seed 003) ------------------------------------------------------------
+class WordVectorsEvaluateConfig(ConfigModel):
+    """How the ``word2vec`` pipeline scores each model's vectors (docs/word2vec.md).
+
+    ``benchmarks_wheel``: the ``hyperhyper==0.3.0`` wheel that ``make install`` downloads
+    (MEN, Rare Words, MTurk-287, MSR; read from the archive, never installed). ``probes``:
+    words whose nearest ``neighbours`` are reported and highlighted in the PCA plot (sec.
+    3.5) of at most ``plot_words`` of the most frequent words. ``analogy_restrict_vocab``:
+    answers are searched among that many most frequent words (null: all).
+    """
+
+    block: ClassVar[str] = "word2vec.evaluate"
+
+    benchmarks_wheel: Name = ".cache/benchmarks/hyperhyper-0.3.0-py3-none-any.whl"
+    probes: tuple[Name, ...] = ("account", "market", "money", "bacteria", "mountain", "player", "island", "computer")
+    neighbours: PositiveInt = 10
+    plot_words: PositiveInt = 2000
+    analogy_restrict_vocab: PositiveInt | None = None
+    seed: Seed = 42
+
+
+class Word2VecRunConfig(ConfigModel):
+    """The ``word2vec`` block: the training of every scenario (a ``train`` block whose model is
+    ``family: word2vec``; ``batch_size`` counts skip-gram pairs) and the evaluation."""
+
+    block: ClassVar[str] = "word2vec"
+
+    # the thesis's sec. 4.1 (conf/base chooses settings that learn in a few passes: docs/word2vec.md)
+    train: TrainConfig = Field(
+        default_factory=lambda: TrainConfig(
+            model=Word2VecConfig(), batch_size=2048, optimizer=OptimizerConfig(name="sgd", lr=0.1)
+        )
+    )
+    evaluate: WordVectorsEvaluateConfig = Field(default_factory=WordVectorsEvaluateConfig)
+
+    @model_validator(mode="after")
+    def _word_family(self) -> Self:
+        if self.train.model.family not in WORD_FAMILIES:
+            raise ValueError(
+                f"'word2vec.train.model.family' is {self.train.model.family!r}; "
+                f"this pipeline trains {list(WORD_FAMILIES)}"
+            )
+        return self
 
 
 # gFedNTM's real-data experiment (Fig. 4) ----------------------------------------------

@@ -24,7 +24,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, ConsensusConfig, PreprocessConfig, TrainConfig
+from fedtopic_pipelines.core.config import (
+    CONTEXTUAL_FAMILIES,
+    WORD_FAMILIES,
+    ConsensusConfig,
+    PreprocessConfig,
+    TrainConfig,
+)
 from fedtopic_pipelines.core.families import families, get_family
 from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
@@ -106,7 +112,45 @@ CASES: dict[str, FamilyCase] = {
         )
         for family in CONTEXTUAL_FAMILIES
     },
+    "word2vec": FamilyCase(
+        train={
+            "model": {"family": "word2vec", "dimension": 8, "window": 2, "negatives": 3, "validation_pairs": 300},
+            "optimizer": {"name": "sgd", "lr": 0.5},
+            "batch_size": 16,
+            "max_steps": 10,
+            "seed": 7,
+            "device": "cpu",
+        },
+        data=lambda: word_sequences((30, 21, 45), 40),
+        vocab_size=40,
+        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
+        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+        concatenated=ConcatenatedStreams,
+        variants=(
+            {"negative_sharing": "pair", "reduction": "mean"},
+            {"subsample": 0.0, "reduction": "mean"},
+            {"subsample": 0.01, "window": 5},
+        ),
+    ),
 }
+
+
+def word_sequences(sizes: tuple[int, ...], vocab: int) -> dict[str, Any]:
+    """Organisations' documents as token ids (Word2Vec), 2 to 12 tokens each, Zipf-like
+    frequencies; the vocabulary's counts are what all of them hold together."""
+    from fedtopic_pipelines.core.families.word2vec import Sentences
+
+    rng = np.random.default_rng(3)
+    weights = 1.0 / np.arange(1, vocab + 1)
+    docs = {
+        org: [rng.choice(vocab, size=rng.integers(2, 13), p=weights / weights.sum()) for _ in range(n)]
+        for org, n in zip(("a", "b", "c")[: len(sizes)], sizes, strict=True)
+    }
+    counts = np.bincount(np.concatenate([t for d in docs.values() for t in d]), minlength=vocab).astype(float)
+    return {
+        org: Sentences(np.concatenate(d), np.concatenate([[0], np.cumsum([len(t) for t in d])]), counts)
+        for org, d in docs.items()
+    }
 
 
 def _raw_text_config(name: str, spec: FamilyCase, model: Path, **changes: Any) -> TrainConfig:
@@ -216,8 +260,18 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     flower, _ = run_flower_federation(LocalGrid(client_app, nodes), job)
 
     raw = {org: read_raw(paths[org]) for org in orgs}
-    vocabulary, bows = run_sites(raw, preprocess, consensus)
+    vocabulary, bows, texts = run_sites(raw, preprocess, consensus, train_texts=True)
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    if name in WORD_FAMILIES:  # the Kedro path: the word2vec pipeline's sequences node on the training texts
+        import pandas as pd
+
+        from fedtopic_pipelines.core.families.word2vec import sentences_from_frames
+
+        terms, counts = vocabulary["term"].tolist(), vocabulary["frequency"].tolist()
+        matrices = {
+            org: sentences_from_frames([pd.DataFrame({"tokens": [" ".join(t) for t in docs]})], terms, counts)[0]
+            for org, docs in texts.items()
+        }
     if name in CONTEXTUAL_FAMILIES:  # the Kedro path: the embed node's step, then the bag of words' train rows
         from fedtopic_pipelines.core.families.ctm import contextual_split
         from fedtopic_pipelines.core.federated.site import Site
@@ -395,7 +449,8 @@ class Recording(Corrupting):
 
 ANSWER_KEYS = {
     "vocabulary": {"terms", "counts"},
-    "prepare": {"train_rows", "validation_rows", "data_fingerprint"},
+    # counts only: Word2Vec declares the pairs of an epoch and the documents too short to give a pair
+    "prepare": {"train_rows", "validation_rows", "data_fingerprint", "epoch_examples", "dropped_fewer_than_two_terms"},
 }
 
 
@@ -451,4 +506,5 @@ def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, t
             assert all(c > consensus.min_count for c in answer["counts"])
         else:
             assert all(isinstance(answer[k], int) for k in ("train_rows", "validation_rows"))
+            assert all(isinstance(answer[k], int) for k in answer if k.startswith(("epoch_", "dropped_")))
             assert len(answer["data_fingerprint"]) == 64

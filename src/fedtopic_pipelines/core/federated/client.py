@@ -71,11 +71,16 @@ class FamilyClient:
         )
 
     def load_shared(self, state: dict[str, torch.Tensor]) -> None:
-        """Copy the broadcast shared parameters into the local model."""
+        """Copy the broadcast shared parameters into the local model; a family whose local step
+        only reads them (``reads_broadcast``: Word2Vec) takes them as they are, without a copy
+        (in one process a 200k x 200 table per client and round is otherwise copied)."""
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for name in self.shared:
-                params[name].copy_(state[name])
+                if getattr(self.family, "reads_broadcast", False):
+                    params[name].data = state[name]
+                else:
+                    params[name].copy_(state[name])
 
     def catch_up(self, round_: int) -> None:
         """Rejoin at ``round_``: a client rebuilt from scratch (a resumed run, a restarted node)
@@ -99,7 +104,10 @@ class FamilyClient:
         missing = set(self.model.state_dict()) - local - set(state)
         if missing:
             raise ValueError(f"the evaluation state lacks {sorted(missing)}")
-        self.model.load_state_dict(state, strict=False)
+        if getattr(self.family, "reads_broadcast", False):
+            self.load_shared(state)
+        else:
+            self.model.load_state_dict(state, strict=False)
         loss, n = self.family.validation_loss(self.model, self.validation, self.validation_seed)
         return Update(self.client_id, UpdateKind.METRICS, {}, n, metrics={"validation_loss": loss})
 

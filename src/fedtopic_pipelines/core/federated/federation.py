@@ -122,11 +122,18 @@ def run_federation(
         vocabulary = agree_vocabulary(engine, organisations, preprocess, consensus)
     terms = vocabulary["term"].tolist()
     payload: dict[str, Any] = {"train": config.to_params(), "terms": terms}
+    if "frequency" in vocabulary:  # the consensus's summed counts (Word2Vec's noise and subsampling read them)
+        payload["frequencies"] = [float(f) for f in vocabulary["frequency"]]
     if preprocess is not None:
         payload["preprocess"] = preprocess.to_params()
     prepared = engine.query(PREPARE, {org: {**payload, "index": i} for i, org in enumerate(organisations)})
     rows = {org: _declared(org, prepared[org], "train_rows") for org in organisations}
     held = {org: _declared(org, prepared[org], "validation_rows") for org in organisations}
+    # what an epoch is counted in: documents, or (a family that declares it) its examples, e.g. pairs
+    epoch = {
+        org: _declared(org, prepared[org], "epoch_examples") if "epoch_examples" in prepared[org] else rows[org]
+        for org in organisations
+    }
     validate = config.validation_fraction > 0
     for org in organisations:  # a site holds out at most its share (and at least 2): more is a false claim
         fraction = config.validation_fraction
@@ -143,7 +150,7 @@ def run_federation(
         background(vocabulary["frequency"].to_numpy(dtype="float64"))
     server = FederatedServer(
         family.strategy(model, config),
-        stopping_rule(config, family.steps_per_epoch(max(rows.values()), config, ghosts), validate),
+        stopping_rule(config, family.steps_per_epoch(max(epoch.values()), config, ghosts), validate),
         name=name,
         capacity={org: family.max_update_examples(n, config, ghosts) for org, n in rows.items()},
         validation_capacity=held,

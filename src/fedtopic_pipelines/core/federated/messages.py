@@ -54,6 +54,13 @@ class Update:
     statistics: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its tensors, row indices and statistics (what it costs on the wire,
+        before any record framing)."""
+        parts = (self.tensors, self.row_indices, self.statistics)
+        return sum(int(t.numel()) * t.element_size() for part in parts for t in part.values())
+
 
 @dataclass(frozen=True)
 class Replies:

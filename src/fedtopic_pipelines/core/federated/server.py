@@ -68,6 +68,7 @@ class RoundRecord:
     rejected: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     validation_loss: float | None = None
+    client_bytes: dict[str, int] = field(default_factory=dict)  # what each accepted update carried
 
     @property
     def loss(self) -> float:
@@ -158,6 +159,7 @@ class FederatedServer:
             metrics={**metrics, **server_metrics},
             num_examples=n,
             client_loss={u.client_id: float(u.metrics.get("loss", math.nan)) for u in accepted},
+            client_bytes={u.client_id: u.nbytes for u in accepted},
             rejected=rejected,
             failed=dict(replies.failures),
         )

@@ -47,7 +47,7 @@ from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.family import ModelFamily
-from fedtopic_pipelines.core.federated.messages import Instruction, Update
+from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 
 # Text processing (pandas, pyarrow, nltk: seconds of imports) is imported only by the stages
 # that need it, not by training messages: a Flower ClientApp may be a fresh process per message.
@@ -165,7 +165,9 @@ class Site:
         """The client of seed stream ``stream`` (an organisation's index): its seeds depend on
         that number only, so both engines build the same client for the same organisation."""
         device = resolve_device(config.device)
-        model = family.create_model(vocab_size, config, device)
+        # a family that reads the broadcast weights in place needs no table of its own until then
+        create = getattr(family, "create_client_model", family.create_model)
+        model = create(vocab_size, config, device)
         batches = family.stream(prepared.train, config, derive_seed(config.seed, stream), device, ghosts)
         return FamilyClient(
             self.name, family, model, batches, prepared.validation, derive_seed(config.seed, 2000, stream)
@@ -178,6 +180,11 @@ def matrix_fingerprint(matrices: Sequence[sp.spmatrix], key: bytes | None = None
     that whoever receives it learns only whether the data are the same as another time."""
     digest = hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
     for matrix in matrices:
+        parts = getattr(matrix, "fingerprint_parts", None)  # data other than a bag of words (token sequences)
+        if parts is not None:
+            for part in parts():
+                digest.update(part)
+            continue
         embeddings = getattr(matrix, "embeddings", None)  # a contextual family's data: both views
         csr = sp.csr_matrix(matrix.bow if embeddings is not None else matrix)
         csr.sort_indices()
@@ -191,7 +198,11 @@ def matrix_fingerprint(matrices: Sequence[sp.spmatrix], key: bytes | None = None
 
 
 def prepare_reply(
-    family: ModelFamily, prepared: Prepared, fingerprint: str, report: Mapping[str, Any] | None = None
+    family: ModelFamily,
+    prepared: Prepared,
+    fingerprint: str,
+    report: Mapping[str, Any] | None = None,
+    config: TrainConfig | None = None,
 ) -> dict[str, Any]:
     """What an organisation declares when it has prepared: its document counts (the server caps
     every later update's example count by them), a fingerprint of its training data (a
@@ -201,6 +212,9 @@ def prepare_reply(
         "validation_rows": 0 if prepared.validation is None else family.rows(prepared.validation),
         "data_fingerprint": fingerprint,
     }
+    epoch_examples = getattr(family, "epoch_examples", None)
+    if epoch_examples is not None and config is not None:
+        reply["epoch_examples"] = int(epoch_examples(prepared.train, config))
     reply.update(report or {})
     return reply
 
@@ -233,7 +247,7 @@ class Endpoint:
         fingerprint = str(report.pop("data_fingerprint", None) or matrix_fingerprint([data]))
         prepared = self.site.prepare(family, data, config, int(payload["index"]))
         self.client = self.site.client(family, prepared, config, len(terms), int(payload["index"]))
-        return prepare_reply(family, prepared, fingerprint, report)
+        return prepare_reply(family, prepared, fingerprint, report, config)
 
     def handle(self, instruction: Instruction) -> Update:
         if self.client is None:
@@ -302,7 +316,7 @@ class PooledEndpoint(Endpoint):
         ghosts = len(parts)
         self.client = self.site.client(family, prepared, config, len(terms), POOLED_STREAM, ghosts=ghosts)
         return {
-            **prepare_reply(family, prepared, matrix_fingerprint(list(self.organisations.values()))),
+            **prepare_reply(family, prepared, matrix_fingerprint(list(self.organisations.values())), None, config),
             "ghosts": ghosts,
         }
 
@@ -407,6 +421,8 @@ class FolderEndpoint(Endpoint):
     def training_data(self, family: ModelFamily, terms: list[str], payload: Mapping[str, Any]) -> tuple[Any, dict]:
         """The training split over ``terms`` (cached as a scipy .npz: no pickle) and its keyed fingerprint."""
         preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
+        if get_family(TrainConfig.from_params(payload["train"]).model.family).update_kind is UpdateKind.SPARSE_ROWS:
+            return self.word_sequences(preprocess, terms, payload)
         tokens_dir = self._tokens_dir(preprocess)
         path = self.cache_dir / f"bow-{lineage.digest([tokens_dir.name, terms])}.npz"
         report_path = path.with_suffix(".json")
@@ -440,6 +456,26 @@ class FolderEndpoint(Endpoint):
         data = ContextualData(matrix, embedded.values)
         report["data_fingerprint"] = matrix_fingerprint([data], self.secret())
         return data, report
+
+    def word_sequences(self, preprocess: PreprocessConfig, terms: list[str], payload: Mapping[str, Any]):
+        """Word2Vec's data: its training documents as ids of ``terms``, with the consensus's
+        summed counts the server sent (``frequencies``), and its keyed fingerprint."""
+        from fedtopic_pipelines.core.families.word2vec import sentences_from_frames
+        from fedtopic_pipelines.core.ingest.common import iter_frames
+
+        frequencies = payload.get("frequencies")
+        if not isinstance(frequencies, list) or len(frequencies) != len(terms):
+            raise ValueError(
+                f"organisation '{self.name}': the word2vec family needs the vocabulary's counts ('frequencies') "
+                "for its negatives and subsampling, one per term"
+            )
+        with self.cache_lock():
+            tokens, _ = self.preprocessed(preprocess)
+        data, report = sentences_from_frames(iter_frames(tokens), terms, frequencies)
+        return data, {
+            "dropped_fewer_than_two_terms": report["dropped_fewer_than_two_terms"],
+            "data_fingerprint": matrix_fingerprint([data], self.secret()),
+        }
 
     @contextlib.contextmanager
     def cache_lock(self):

@@ -14,10 +14,11 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from fedtopic_pipelines.core.config import OptimizerConfig
+from fedtopic_pipelines.core.config import ConfigError, OptimizerConfig
 from fedtopic_pipelines.core.federated.aggregation import (
     TensorSpec,
     UpdateRejected,
+    sparse_row_mean,
     validate_update,
     weighted_mean,
 )
@@ -47,10 +48,26 @@ class Strategy(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def make_optimizer(params, config: OptimizerConfig) -> torch.optim.Optimizer:
-    """The server optimizer of eq. 3 (plain SGD) or Adam as in the CTM defaults."""
+def make_optimizer(params, config: OptimizerConfig, sparse: bool = False) -> torch.optim.Optimizer:
+    """The server optimizer of eq. 3 (plain SGD), Adam as in the CTM defaults, or Adagrad;
+    with ``sparse`` (row-indexed gradients), torch's sparse-aware ones: SGD and Adagrad
+    update only the rows a round touched, ``sparse_adam`` is torch's lazy SparseAdam."""
+    if config.name == "sparse_adam":
+        if not sparse:
+            raise ConfigError(
+                "parameter 'train.optimizer.name' is 'sparse_adam', which only the sparse-row family (word2vec) "
+                "can use; choose adam, sgd or adagrad"
+            )
+        return torch.optim.SparseAdam(params, lr=config.lr, betas=config.betas)
     if config.name == "adam":
+        if sparse:
+            raise ConfigError(
+                "parameter 'train.optimizer.name' is 'adam', which cannot step sparse rows; choose sgd, adagrad "
+                "or sparse_adam"
+            )
         return torch.optim.Adam(params, lr=config.lr, betas=config.betas)
+    if config.name == "adagrad":
+        return torch.optim.Adagrad(params, lr=config.lr)
     return torch.optim.SGD(params, lr=config.lr)
 
 
@@ -170,3 +187,77 @@ class FedSGD:
         after = self.parameters()
         change = _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
         return {self.convergence_metric: change}
+
+
+class SparseRowsSGD:
+    """FedSGD on row-indexed gradients (Word2Vec; seed 003 Algorithm 3 and sec. 4.5.1).
+
+    Each client sends the gradient of its batch's mean loss on the rows it touched, with
+    their indices; the server takes the pair-count-weighted mean (a row a client did not
+    send counts as zero for it: :func:`sparse_row_mean`), scales it by the round's pairs
+    when ``reduction`` is ``sum``, and steps only those rows with a sparse-aware optimizer.
+    Every round reports the bytes its accepted updates carried, what dense gradients of
+    the same tensors would have carried, and their ratio (thesis Fig. 4.12).
+    """
+
+    kind = UpdateKind.SPARSE_ROWS
+    convergence_metric = None
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerConfig,
+        reduction: str = "sum",
+        metric_names: Sequence[str] | None = None,
+    ) -> None:
+        self.model = model
+        self.reduction = reduction
+        self.metric_names = None if metric_names is None else frozenset(metric_names)
+        self.params = dict(model.named_parameters())
+        self.optimizer = make_optimizer(list(self.params.values()), optimizer, sparse=True)
+        self._specs = {name: TensorSpec.of(p) for name, p in self.params.items()}
+        self.dense_bytes = sum(p.numel() * p.element_size() for p in self.params.values())
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        return {name: p.detach() for name, p in self.params.items()}
+
+    def instruction(self, round_: int) -> Instruction:
+        return Instruction(round_, self.parameters(), {"action": self.kind.value})
+
+    def evaluation_instruction(self, round_: int) -> Instruction:
+        # the tables themselves, not a copy: clients only read them (a copy is 2 V x D floats)
+        return Instruction(round_, self.parameters(), {"action": EVALUATE})
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.snapshot(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def validate(self, update: Update, capacity: int | None) -> None:
+        validate_update(update, self.kind, self._specs, None, capacity, self.metric_names)
+
+    def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
+        weights = [u.num_examples for u in updates]
+        scale = float(sum(weights)) if self.reduction == "sum" else 1.0
+        rows = sparse_row_mean(updates, weights)
+        self.optimizer.zero_grad(set_to_none=True)
+        for name, param in self.params.items():
+            if name not in rows:
+                continue
+            index, mean = rows[name]
+            values = (mean * scale if scale != 1.0 else mean).to(param.device)
+            param.grad = torch.sparse_coo_tensor(
+                index.to(param.device)[None], values, tuple(param.shape), is_coalesced=True, check_invariants=False
+            )
+        self.optimizer.step()
+        sent = sum(u.nbytes for u in updates)
+        dense = self.dense_bytes * len(updates)
+        return {"bytes_sent": float(sent), "bytes_dense": float(dense), "bytes_ratio": dense / max(sent, 1)}
