@@ -51,7 +51,8 @@ class SkipGram(nn.Module):
         self.config = config
         dim = config.dimension
         generator = torch.Generator().manual_seed(seed)
-        self.input = nn.Parameter((torch.rand(vocab_size, dim, generator=generator) - 0.5) / dim)
+        # in place: a 200k x 200 table is 160 MB, and each temporary would be another
+        self.input = nn.Parameter(torch.rand(vocab_size, dim, generator=generator).sub_(0.5).div_(dim))
         self.output = nn.Parameter(torch.zeros(vocab_size, dim))
 
     @property
