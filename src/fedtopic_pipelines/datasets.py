@@ -200,6 +200,37 @@ class TrainedModelsDataset(AbstractDataset[dict[str, TrainedModel], dict[str, Tr
         return {"path": str(self._path)}
 
 
+class WordVectorsDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
+    """A folder of word vectors, ``<name>.txt`` each in word2vec's text format (gensim
+    ``KeyedVectors.save_word2vec_format``): any word2vec tool reads them, and loading runs no code."""
+
+    def __init__(self, path: str) -> None:
+        self._path = Path(path)
+
+    def _load(self) -> dict[str, Any]:
+        from gensim.models import KeyedVectors
+
+        files = sorted(self._path.glob("*.txt"))
+        if not files:
+            raise DatasetError(f"no word vectors at '{self._path}': run `kedro run --pipeline=word2vec` first")
+        return {f.stem: KeyedVectors.load_word2vec_format(str(f), binary=False) for f in files}
+
+    def _save(self, data: dict[str, Any]) -> None:
+        self._path.mkdir(parents=True, exist_ok=True)
+        for old in self._path.glob("*.txt"):  # another run's models must not stay beside these
+            old.unlink()
+        for name, vectors in data.items():
+            partial = self._path / f".{name}.txt.partial"
+            vectors.save_word2vec_format(str(partial), binary=False)
+            partial.rename(self._path / f"{name}.txt")
+
+    def _exists(self) -> bool:
+        return any(self._path.glob("*.txt"))
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path)}
+
+
 class InputFilesDataset(AbstractDataset[None, list[Path]]):
     """Read-only: the input files of a streaming ingestion (paths only; the pipeline streams them).
 

@@ -118,6 +118,8 @@ def register_pipelines() -> Mapping[str, Pipeline]:
     the chain (``ingest`` is its alias); every ``ingest_<corpus>`` also runs on its own.
 
     ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
+    ``word2vec`` (seed 003) reads the chain's tokens and common vocabulary: run the chain
+    up to ``vocab_consensus`` first (``kedro run`` does).
     """
     params = project_parameters()
     corpus = params.get("corpus", "demo")
@@ -137,6 +139,7 @@ def register_pipelines() -> Mapping[str, Pipeline]:
         "train": lambda: _module("train").create_pipeline(orgs),
         "evaluate": lambda: _module("evaluate").create_pipeline(orgs),
         "synthetic": lambda: _module("synthetic").create_pipeline(),
+        "word2vec": lambda: _module("word2vec").create_pipeline(orgs),
     }
     pipelines = LazyPipelines(
         {

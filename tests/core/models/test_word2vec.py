@@ -25,8 +25,12 @@ def _model(vocab: int = 30, dim: int = 6) -> SkipGram:
     return model
 
 
+@pytest.mark.parametrize("chunk", [512, 3])
 @pytest.mark.parametrize("shared", [True, False])
-def test_the_sparse_gradient_equals_autograd_on_the_dense_tables(shared: bool) -> None:
+def test_the_sparse_gradient_equals_autograd_on_the_dense_tables(shared: bool, chunk: int, monkeypatch) -> None:
+    from fedtopic_pipelines.core.models import word2vec
+
+    monkeypatch.setattr(word2vec, "CHUNK", chunk)  # 3: batches of 7 and 5 pairs are cut into blocks
     model = _model()
     g = torch.Generator().manual_seed(3)
     batches = []

@@ -68,6 +68,9 @@ def pair_losses(u: torch.Tensor, v: torch.Tensor, n: torch.Tensor) -> torch.Tens
     return -positive - F.logsigmoid(-scores).sum(-1)
 
 
+CHUNK = 512  # pairs computed together inside a batch
+
+
 @dataclass
 class SparseGradient:
     """The gradient of a step's mean loss on the rows it touched, and its loss."""
@@ -91,46 +94,55 @@ def sparse_step(model: SkipGram, batches: list[PairBatch], grad: bool = True) ->
     rows_in, inv_in = torch.unique(centers, return_inverse=True)
     rows_out, inv_out = torch.unique(targets, return_inverse=True)
     with torch.no_grad():
-        # index_select: twice as fast as indexing with a tensor on the CPU
-        u_rows = model.input.detach().index_select(0, rows_in)
-        v_rows = model.output.detach().index_select(0, rows_out)
-        du_rows = torch.zeros_like(u_rows) if grad else None
-        dv_rows = torch.zeros_like(v_rows) if grad else None
+        # rows are read from the tables by word id (index_select: twice as fast as indexing with a
+        # tensor on the CPU); gradients are accumulated by position among the touched rows
+        u_table, v_table = model.input.detach(), model.output.detach()
+        du_rows = u_table.new_zeros(len(rows_in), u_table.shape[1]) if grad else None
+        dv_rows = v_table.new_zeros(len(rows_out), v_table.shape[1]) if grad else None
         total = 0.0
         n_pairs = len(centers)
         start_c = start_t = 0
         for batch in batches:
             b, k = len(batch), int(batch.negatives.numel())
-            ic = inv_in[start_c : start_c + b]
-            io = inv_out[start_t : start_t + b]
-            ineg = inv_out[start_t + b : start_t + b + k].reshape(batch.negatives.shape)
+            ic_all = inv_in[start_c : start_c + b]
+            io_all = inv_out[start_t : start_t + b]
+            ineg_all = inv_out[start_t + b : start_t + b + k].reshape(batch.negatives.shape)
             start_c, start_t = start_c + b, start_t + b + k
-            u = u_rows.index_select(0, ic)
-            if ineg.dim() == 1:  # negatives shared by the batch: two matrix products
-                v, n = v_rows.index_select(0, io), v_rows.index_select(0, ineg)
-                positive = (u * v).sum(-1)
-                scores = u @ n.T
-                # -log sigma(x) = softplus(-x); -log sigma(-s) = softplus(s)
-                total += float(F.softplus(-positive).sum() + F.softplus(scores).sum())
-                if not grad:
-                    continue
-                g_pos = -torch.sigmoid(-positive).unsqueeze(-1)  # d loss / d (u . v)
-                g_neg = torch.sigmoid(scores)  # d loss / d (u . n_k)
-                du_rows.index_add_(0, ic, g_pos * v + g_neg @ n)
-                dv_rows.index_add_(0, io, g_pos * u)
-                dv_rows.index_add_(0, ineg, g_neg.T @ u)
-            else:  # negatives per pair: the context and its negatives as one (B, 1 + K) block
-                targets = torch.cat([io.unsqueeze(-1), ineg], dim=1)
-                t = v_rows.index_select(0, targets.reshape(-1)).view(*targets.shape, -1)  # (B, 1 + K, D)
-                scores = (t * u.unsqueeze(1)).sum(-1)
-                scores[:, 0].neg_()  # the context's score enters as -log sigma(x), the negatives' as -log sigma(-s)
-                total += float(F.softplus(scores).sum())
-                if not grad:
-                    continue
-                g = torch.sigmoid(scores)
-                g[:, 0].neg_()
-                du_rows.index_add_(0, ic, torch.bmm(g.unsqueeze(1), t).squeeze(1))
-                dv_rows.index_add_(0, targets.reshape(-1), (g.unsqueeze(-1) * u.unsqueeze(1)).reshape(-1, u.shape[-1]))
+            shared = ineg_all.dim() == 1
+            n_shared = v_table.index_select(0, batch.negatives) if shared else None
+            dn_shared = torch.zeros_like(n_shared) if shared and grad else None
+            # blocks of CHUNK pairs: their temporaries stay in the CPU's cache (3.4x faster than whole batches)
+            for lo in range(0, b, CHUNK):
+                ic, io = ic_all[lo : lo + CHUNK], io_all[lo : lo + CHUNK]
+                u = u_table.index_select(0, batch.centers[lo : lo + CHUNK])
+                if shared:  # negatives shared by the batch: matrix products
+                    v = v_table.index_select(0, batch.contexts[lo : lo + CHUNK])
+                    positive = (u * v).sum(-1)
+                    scores = u @ n_shared.T
+                    # -log sigma(x) = softplus(-x); -log sigma(-s) = softplus(s)
+                    total += float(F.softplus(-positive).sum() + F.softplus(scores).sum())
+                    if not grad:
+                        continue
+                    g_pos = -torch.sigmoid(-positive).unsqueeze(-1)  # d loss / d (u . v)
+                    g_neg = torch.sigmoid(scores)  # d loss / d (u . n_k)
+                    du_rows.index_add_(0, ic, g_pos * v + g_neg @ n_shared)
+                    dv_rows.index_add_(0, io, g_pos * u)
+                    dn_shared.add_(g_neg.T @ u)
+                else:  # negatives per pair: the context and its negatives as one (B, 1 + K) block
+                    targets = torch.cat([io.unsqueeze(-1), ineg_all[lo : lo + CHUNK]], dim=1)
+                    words = torch.cat([batch.contexts[lo : lo + CHUNK, None], batch.negatives[lo : lo + CHUNK]], dim=1)
+                    t = v_table.index_select(0, words.reshape(-1)).view(*words.shape, -1)  # (B, 1 + K, D)
+                    scores = (t * u.unsqueeze(1)).sum(-1)
+                    scores[:, 0].neg_()  # the context enters as -log sigma(x), the negatives as -log sigma(-s)
+                    total += float(F.softplus(scores).sum())
+                    if not grad:
+                        continue
+                    g = torch.sigmoid(scores)
+                    g[:, 0].neg_()
+                    du_rows.index_add_(0, ic, torch.bmm(g.unsqueeze(1), t).squeeze(1))
+                    dv_rows.index_add_(0, targets.reshape(-1), (g.unsqueeze(-1) * u.unsqueeze(1)).flatten(0, 1))
+            if shared and grad:
+                dv_rows.index_add_(0, ineg_all, dn_shared)
     loss = total / n_pairs
     if not grad:
         return SparseGradient({}, {}, loss, n_pairs)
