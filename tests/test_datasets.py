@@ -94,3 +94,26 @@ def test_bow_corpus_dataset_round_trips_without_pickle(tmp_path) -> None:
     (tmp_path / "bow" / "a.parquet").unlink()
     with pytest.raises(DatasetError, match="no bag of words"):
         dataset.load()
+
+
+def test_word_vectors_dataset_writes_word2vec_text_that_gensim_reads(tmp_path) -> None:
+    import numpy as np
+    from gensim.models import KeyedVectors
+
+    from fedtopic_pipelines.datasets import WordVectorsDataset
+
+    kv = KeyedVectors(3)
+    kv.add_vectors(["alpha", "beta"], np.array([[1.0, 0.5, -2.0], [0.0, 3.0, 1.0]], dtype=np.float32))
+    folder = tmp_path / "vectors"
+    dataset = WordVectorsDataset(str(folder))
+    with pytest.raises(DatasetError, match="no word vectors"):
+        dataset.load()
+    (folder).mkdir()
+    (folder / "stale.txt").write_text("1 3\nold 0 0 0\n")  # another run's model must not survive a save
+    dataset.save({"federated": kv, "local__a": kv})
+    assert sorted(p.name for p in folder.iterdir()) == ["federated.txt", "local__a.txt"]
+    assert (folder / "federated.txt").read_text().splitlines()[0] == "2 3"  # word2vec's text header
+    loaded = KeyedVectors.load_word2vec_format(str(folder / "federated.txt"), binary=False)
+    assert loaded.index_to_key == ["alpha", "beta"]
+    assert np.allclose(loaded["beta"], kv["beta"])
+    assert set(dataset.load()) == {"federated", "local__a"}

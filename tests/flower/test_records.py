@@ -43,6 +43,31 @@ def test_instruction_and_update_round_trip_exactly() -> None:
     assert metrics_only.tensors == {} and metrics_only.metrics == {"v": 2.0}
 
 
+def test_word2vec_sparse_rows_travel_as_rows_not_as_the_dense_table() -> None:
+    """A Word2Vec update on Flower: the touched rows and their indices, a 1000 x 8 table never."""
+    from fedtopic_pipelines.core.config import TrainConfig
+    from fedtopic_pipelines.core.families import get_family
+    from fedtopic_pipelines.core.families.word2vec import Sentences
+
+    family = get_family("word2vec")
+    config = TrainConfig.from_params(
+        {"model": {"family": "word2vec", "dimension": 8, "window": 2, "negatives": 3}, "batch_size": 16}
+    )
+    rng = np.random.default_rng(0)
+    data = Sentences(rng.integers(0, 1000, 400), np.arange(0, 401, 20), np.ones(1000))
+    model = family.create_model(1000, config, torch.device("cpu"))
+    step = family.local_step(model, family.stream(data, config, 0, torch.device("cpu")))
+    update = Update("x", family.update_kind, step.tensors, step.num_examples, row_indices=step.row_indices)
+    record = update_to_record(update)
+    values = sum(int(np.prod(a.shape)) for a in record.array_records["arrays"].values())
+    touched = sum(int(r.numel()) for r in update.row_indices.values())
+    assert values == touched * 8 + touched  # the rows' values and one index per row
+    assert values < 2 * 1000 * 8 / 10
+    got = record_to_update(record, "alpha")
+    assert all(torch.equal(got.tensors[k], update.tensors[k]) for k in update.tensors)
+    assert all(torch.equal(got.row_indices[k], update.row_indices[k]) for k in update.row_indices)
+
+
 def _reply(records: dict | None = None, **meta) -> RecordDict:
     """A well-formed gradient reply, with whole records replaced and ``meta`` keys changed."""
     record = update_to_record(Update("x", UpdateKind.GRADIENTS, {"w": torch.ones(2, 2)}, 4, metrics={"loss": 1.0}))

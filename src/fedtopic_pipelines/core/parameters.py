@@ -25,6 +25,7 @@ from fedtopic_pipelines.core.config import (
     PreprocessConfig,
     RealDataConfig,
     TrainConfig,
+    Word2VecRunConfig,
     from_mapping,
 )
 
@@ -39,6 +40,7 @@ BLOCKS: dict[str, type[ConfigModel]] = {
     "train": TrainConfig,
     "evaluate": EvaluateConfig,
     "realdata": RealDataConfig,
+    "word2vec": Word2VecRunConfig,
 }
 SCALARS = ("corpus", "organisations")
 SYNTHETIC = "synthetic"

@@ -1,0 +1,136 @@
+"""Nodes of ``word2vec``: each organisation's token sequences, the scenarios' training, the benchmarks.
+
+Inside an organisation (namespace ``clients.<org>``) its preprocessed tokens become ids of
+the common vocabulary; only the counts of its report cross to the server. Training runs
+every scenario through the one federation entry point (Flower for the federated scenario
+with ``engine: flower``), as the ``train`` pipeline does for topic models. Evaluation
+scores every model's vectors on the word benchmarks (``core/metrics/word_benchmarks.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedtopic_pipelines.core.config import Word2VecRunConfig, from_mapping
+from fedtopic_pipelines.core.families.word2vec import Sentences, sentences_from_frames
+from fedtopic_pipelines.core.ingest.common import iter_frames
+from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
+from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.training import train_scenarios
+from fedtopic_pipelines.pipelines.train.nodes import training_histories
+
+logger = logging.getLogger(__name__)
+
+
+def build_sentences(tokens: Any, vocabulary: pd.DataFrame) -> tuple[Sentences, dict[str, Any]]:
+    """The organisation's training documents as ids of the common vocabulary (inside it), and a
+    report of counts (documents kept, dropped for fewer than two vocabulary tokens)."""
+    return sentences_from_frames(iter_frames(tokens), vocabulary["term"].tolist(), vocabulary["frequency"].tolist())
+
+
+def train_word2vec(
+    params: dict[str, Any],
+    organisations: list[str],
+    preprocess_params: dict[str, Any],
+    consensus_params: dict[str, Any],
+    common_vocabulary: pd.DataFrame,
+    **sentences: Sentences,
+) -> tuple[dict[str, TrainedModel], dict[str, Any], dict[str, Any]]:
+    """Every configured scenario of ``word2vec.train`` on the organisations' sequences (keyed by
+    organisation); the federated one on Flower with ``engine: flower``. Returns the models, the
+    full history (with the bytes each round's updates carried) and the series for MLflow."""
+    config = from_mapping(Word2VecRunConfig, params, "word2vec").train
+    data = {org: sentences[org] for org in organisations}
+    on_flower = config.engine == "flower" and "federated" in config.scenarios
+    rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
+    models: dict[str, TrainedModel] = {}
+    runs: dict[str, Any] = {}
+    if on_flower:
+        from fedtopic_pipelines.flower.federation import Job
+        from fedtopic_pipelines.flower.submit import train_on_flower
+
+        job = Job(list(organisations), preprocess_params, consensus_params, config.to_params())
+        models["federated"], runs["federated"] = train_on_flower(
+            job, common_vocabulary["term"].tolist(), Path(config.flower.federation_dir), config.flower.run_timeout_s
+        )
+    if rest:
+        models.update(train_scenarios(data, config.replace(scenarios=rest), vocabulary=common_vocabulary))
+    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
+    for name, model in models.items():
+        kept = [r for r in model.history if r.round % config.mlflow_every == 0 or r is model.history[-1]]
+        for metric in ("bytes_sent", "bytes_dense", "bytes_ratio"):
+            series = [{"value": r.metrics[metric], "step": r.round} for r in kept if metric in r.metrics]
+            if series:
+                mlflow[f"{name}.{metric}"] = series
+        validated = [r for r in model.history if r.validation_loss is not None]
+        if validated:
+            mlflow[f"{name}.validation_loss"] = [{"value": r.validation_loss, "step": r.round} for r in validated]
+        history[name]["client_bytes"] = {
+            org: [r.client_bytes.get(org) for r in model.history]
+            for org in dict.fromkeys(o for r in model.history for o in r.client_bytes)
+        }
+    return models, history, mlflow
+
+
+def evaluate_word_vectors(
+    models: dict[str, TrainedModel], common_vocabulary: pd.DataFrame, params: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, list[dict[str, float]]]]:
+    """Each model's vectors (word2vec text format, gensim-loadable), its benchmark scores, its
+    probes' nearest neighbours and its 3-D PCA plot; the flat scores again for MLflow
+    (``word2vec.<model>.<benchmark>.<score>``)."""
+    from fedtopic_pipelines.core.metrics import word_benchmarks as wb
+
+    config = from_mapping(Word2VecRunConfig, params, "word2vec").evaluate
+    terms = common_vocabulary["term"].tolist()
+    require_same(
+        "vocabulary",
+        vocabulary_fingerprint(terms),
+        {f"word2vec_models['{name}']": model.vocabulary for name, model in models.items()},
+        "Run `kedro run --pipeline=word2vec` again after the vocabulary changed.",
+        built_from="trained on",
+    )
+    benchmarks = wb.load_benchmarks(Path(config.benchmarks_wheel))
+    scores: dict[str, Any] = {}
+    vectors: dict[str, Any] = {}
+    figures: dict[str, Any] = {}
+    mlflow: dict[str, list[dict[str, float]]] = {}
+    for name, model in models.items():
+        kv = word_vectors(model, terms)
+        vectors[name] = kv
+        result = wb.evaluate_vectors(
+            kv,
+            benchmarks,
+            probes=list(config.probes),
+            topn=config.neighbours,
+            seed=config.seed,
+            restrict_vocab=config.analogy_restrict_vocab,
+        )
+        scores[name] = {"scenario": model.scenario, "organisations": model.organisations, **result}
+        figures[name] = wb.pca_plot(
+            kv, list(config.probes), topn=config.neighbours, title=f"{name} ({model.scenario})", words=config.plot_words
+        )
+        for key, value in result.get("metrics", {}).items():
+            if isinstance(value, int | float) and math.isfinite(value):
+                mlflow[f"{name}.{key}"] = [{"value": float(value), "step": 0}]
+        logger.info("word2vec %s: %s", name, _headline(result.get("metrics", {})))
+    return scores, vectors, figures, mlflow
+
+
+def word_vectors(model: TrainedModel, terms: list[str]):
+    """The model's word vectors (rows of U) as a gensim ``KeyedVectors`` in vocabulary order."""
+    from gensim.models import KeyedVectors
+
+    table = model.state["input"].detach().cpu().float().numpy()
+    kv = KeyedVectors(table.shape[1])
+    kv.add_vectors(terms, table)
+    return kv
+
+
+def _headline(metrics: dict[str, float]) -> str:
+    keys = [k for k in metrics if k.endswith((".spearman", ".accuracy", "purity"))]
+    return ", ".join(f"{k} {metrics[k]:.3f}" for k in keys[:6])

@@ -1,0 +1,52 @@
+"""Wiring of ``word2vec``: per organisation its token sequences, then training and evaluation at the server."""
+
+from kedro.pipeline import Node, Pipeline
+
+from fedtopic_pipelines.pipelines.naming import client, shared
+from fedtopic_pipelines.pipelines.word2vec.nodes import build_sentences, evaluate_word_vectors, train_word2vec
+
+
+def create_pipeline(organisations: list[str]) -> Pipeline:
+    """Reads what the default chain wrote: each organisation's tokens (``preprocess``) and the
+    common vocabulary with its summed counts (``vocab_consensus``). Only the report's counts
+    (``word2vec_report__<org>``) and, in training, sparse gradient rows leave an organisation."""
+    clients = [
+        Pipeline(
+            [
+                Node(
+                    build_sentences,
+                    inputs=["tokens", "vocabulary"],
+                    outputs=["sentences", "word2vec_report"],
+                    name="build_sentences",
+                )
+            ],
+            namespace=f"clients.{org}",
+            inputs={"vocabulary": "common_vocabulary"},
+            outputs={"word2vec_report": shared("word2vec_report", org)},
+        )
+        for org in organisations
+    ]
+    server = Pipeline(
+        [
+            Node(
+                train_word2vec,
+                inputs={
+                    "params": "params:word2vec",
+                    "organisations": "params:organisations",
+                    "preprocess_params": "params:preprocess",
+                    "consensus_params": "params:vocab_consensus",
+                    "common_vocabulary": "common_vocabulary",
+                    **{org: client(org, "sentences") for org in organisations},
+                },
+                outputs=["word2vec_models", "word2vec_history", "word2vec_training_mlflow"],
+                name="train_word2vec",
+            ),
+            Node(
+                evaluate_word_vectors,
+                inputs=["word2vec_models", "common_vocabulary", "params:word2vec"],
+                outputs=["word2vec_scores", "word2vec_vectors", "word2vec_figures", "word2vec_metrics_mlflow"],
+                name="evaluate_word_vectors",
+            ),
+        ]
+    )
+    return sum(clients, server)
