@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 logger = logging.getLogger(__name__)
 
@@ -425,7 +426,10 @@ def pca_plot(
         colour = colours(i % 10)
         axes.scatter(*rows.T, s=[40, *[16] * (len(group) - 1)], color=colour, depthshade=False, label=probe)
         for word, (x, y, z) in zip(group, rows, strict=True):
-            axes.text(x, y, z, word, fontsize=9 if word == probe else 7, color=colour)
+            is_probe = word == probe
+            axes.text(
+                x, y, z, word, fontsize=10 if is_probe else 7, fontweight="bold" if is_probe else None, color=colour
+            )
     ratio = [float(r) for r in pca.explained_variance_ratio_]
     axes.set_xlabel(f"PC1 ({ratio[0]:.1%})")
     axes.set_ylabel(f"PC2 ({ratio[1]:.1%})")
@@ -434,7 +438,7 @@ def pca_plot(
     axes.legend(loc="upper left", fontsize=8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
+    figure.savefig(path, format="png", bbox_inches="tight")
     return {"path": str(path), "explained_variance_ratio": ratio, "words": len(words), "probes": len(groups)}
 
 
@@ -450,13 +454,13 @@ def evaluate_vectors(
     ``categorisation.purity``, counts and coverages; numbers only, for MLflow), ``neighbours`` the
     probes' nearest words (None for a probe without a vector)."""
     metrics: dict[str, float | int] = {"vocabulary.size": len(kv.index_to_key)}
-    for name, pairs in benchmarks.similarity.items():
-        for key, value in evaluate_similarity(kv, pairs).items():
-            metrics[f"similarity.{name}.{key}"] = value
-    for name, questions in benchmarks.analogy.items():
-        logger.info("analogies %s: %d questions", name, questions.questions)
-        for key, value in evaluate_analogies(kv, questions, restrict_vocab).items():
-            metrics[f"analogy.{name}.{key}"] = value
+    sets = [("similarity", n, s) for n, s in benchmarks.similarity.items()]
+    sets += [("analogy", n, s) for n, s in benchmarks.analogy.items()]  # the slow part: minutes for 100k words
+    for kind, name, data in tqdm(sets, desc="word benchmarks", unit="set", leave=False):
+        similarity = kind == "similarity"
+        scores = evaluate_similarity(kv, data) if similarity else evaluate_analogies(kv, data, restrict_vocab)
+        for key, value in scores.items():
+            metrics[f"{kind}.{name}.{key}"] = value
     for key, value in categorisation_purity(kv, benchmarks.categorisation, seed).items():
         metrics[f"categorisation.{key}"] = value
     neighbours = nearest_neighbours(kv, probes, topn)
