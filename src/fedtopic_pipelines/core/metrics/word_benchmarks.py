@@ -175,11 +175,13 @@ def parse_analogies(text: str, name: str, source: str, tsv_header: bool = False)
 
 def read_similarity(path: Path, name: str | None = None) -> SimilaritySet:
     """A similarity file in gensim's format (``#`` comments, tab-separated pairs)."""
+    path = Path(path)
     return parse_similarity(_read_text(path), name or path.stem, str(path))
 
 
 def read_analogies(path: Path, name: str | None = None) -> AnalogySet:
     """An analogy file in gensim's format (``: section`` lines)."""
+    path = Path(path)
     return parse_analogies(_read_text(path), name or path.stem, str(path))
 
 
