@@ -392,17 +392,17 @@ def nearest_neighbours(kv, probes: Sequence[str], topn: int = 10) -> dict[str, l
     return found
 
 
-def pca_plot(
+def pca_figure(
     kv,
-    path: Path,
     probes: Sequence[str],
     topn: int = 5,
     title: str = "",
     background: int = 2000,
-) -> dict[str, object]:
-    """A 3-D PCA of the word vectors to a PNG (thesis sec. 3.5, Fig. 4.6): the ``background`` most
+) -> tuple[object, dict[str, object]]:
+    """A 3-D PCA of the word vectors (thesis sec. 3.5, Fig. 4.6): the ``background`` most
     frequent words (gensim keeps the vocabulary by descending frequency) as grey points, each probe
-    and its ``topn`` neighbours in one colour and labelled. Returns the explained variance."""
+    and its ``topn`` neighbours in one colour and labelled. Returns the matplotlib figure (a Kedro
+    ``MatplotlibDataset`` saves it) and the explained variance."""
     from matplotlib import colormaps
     from matplotlib.figure import Figure
     from sklearn.decomposition import PCA
@@ -438,10 +438,23 @@ def pca_plot(
     axes.set_zlabel(f"PC3 ({ratio[2]:.1%})")
     axes.set_title(title or "Word vectors, 3-D PCA")
     axes.legend(loc="upper left", fontsize=8)
+    return figure, {"explained_variance_ratio": ratio, "words": len(words), "probes": len(groups)}
+
+
+def pca_plot(
+    kv,
+    path: Path,
+    probes: Sequence[str],
+    topn: int = 5,
+    title: str = "",
+    background: int = 2000,
+) -> dict[str, object]:
+    """:func:`pca_figure` written to a PNG at ``path``; returns the explained variance."""
+    figure, info = pca_figure(kv, probes, topn, title, background)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png", bbox_inches="tight")
-    return {"path": str(path), "explained_variance_ratio": ratio, "words": len(words), "probes": len(groups)}
+    return {"path": str(path), **info}
 
 
 def evaluate_vectors(

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fedtopic_pipelines.core.config import Word2VecRunConfig, from_mapping
@@ -100,7 +101,7 @@ def evaluate_word_vectors(
     figures: dict[str, Any] = {}
     mlflow: dict[str, list[dict[str, float]]] = {}
     for name, model in models.items():
-        kv = word_vectors(model, terms)
+        kv = word_vectors(model, terms, common_vocabulary["frequency"].tolist())
         vectors[name] = kv
         result = wb.evaluate_vectors(
             kv,
@@ -111,8 +112,12 @@ def evaluate_word_vectors(
             restrict_vocab=config.analogy_restrict_vocab,
         )
         scores[name] = {"scenario": model.scenario, "organisations": model.organisations, **result}
-        figures[name] = wb.pca_plot(
-            kv, list(config.probes), topn=config.neighbours, title=f"{name} ({model.scenario})", words=config.plot_words
+        figures[f"pca_{name}"], scores[name]["pca"] = wb.pca_figure(
+            kv,
+            list(config.probes),
+            topn=config.neighbours,
+            title=f"{name} ({model.scenario})",
+            background=config.plot_words,
         )
         for key, value in result.get("metrics", {}).items():
             if isinstance(value, int | float) and math.isfinite(value):
@@ -121,13 +126,15 @@ def evaluate_word_vectors(
     return scores, vectors, figures, mlflow
 
 
-def word_vectors(model: TrainedModel, terms: list[str]):
-    """The model's word vectors (rows of U) as a gensim ``KeyedVectors`` in vocabulary order."""
+def word_vectors(model: TrainedModel, terms: list[str], counts: list[float]):
+    """The model's word vectors (rows of U) as a gensim ``KeyedVectors`` in vocabulary order (most
+    frequent first), each with its consensus count (word2vec's text format keeps the order)."""
     from gensim.models import KeyedVectors
 
     table = model.state["input"].detach().cpu().float().numpy()
     kv = KeyedVectors(table.shape[1])
     kv.add_vectors(terms, table)
+    kv.expandos["count"] = np.asarray(counts, dtype=np.int64)
     return kv
 
 
