@@ -37,6 +37,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
+    tested |= {"bench_word2vec.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -146,3 +147,13 @@ def test_bench_embeddings_smoke() -> None:
     rows = [line for line in out.splitlines() if line.startswith("| ")][2:]
     assert len(rows) == 5 and rows[0].startswith("| reference: CTM 2.6.1"), out
     assert "| 1.000 / 1.000 |" in rows[1]  # ours at 128 pieces equals the reference's embeddings
+
+
+def test_bench_word2vec_smoke() -> None:
+    out = run_bench("bench_word2vec.py", "--smoke")
+    rows = [line for line in out.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 4 and rows[0].startswith("| gensim"), out
+    assert "bytes per client and round" in out
+    out = run_bench("bench_word2vec.py", "--smoke", "--memory")
+    rows = [line for line in out.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 2, out
