@@ -44,7 +44,9 @@ def corpus(top_n: int, smoke: bool):
     """The common vocabulary (with its summed counts) and each organisation's training texts."""
     from bench.common import demo_corpus, project_config
 
-    overrides = {"vocab_consensus": {"top_n": top_n, "min_count": 2 if smoke else 5}}
+    # floors off: every proposed term (they serve topic models; Word2Vec wants the rare words too)
+    consensus = {"top_n": top_n, "min_count": 2 if smoke else 5, "min_organisations": 1, "min_total_count": 0}
+    overrides = {"vocab_consensus": consensus}
     params, project = project_config("smoke" if smoke else None, overrides)
     vocabulary, _, texts = demo_corpus(params, project)
     return vocabulary, texts
