@@ -97,3 +97,11 @@ def test_models_of_another_vocabulary_are_refused(chain) -> None:
     vocabulary = upstream["common_vocabulary"].iloc[:-1]
     with pytest.raises(LineageError, match="vocabulary"):
         evaluate_word_vectors(out["word2vec_models"], vocabulary, WORD2VEC)
+
+
+def test_the_topic_model_train_node_points_a_word_family_to_its_pipeline() -> None:
+    from fedtopic_pipelines.core.config import ConfigError
+    from fedtopic_pipelines.pipelines.train.nodes import train_models
+
+    with pytest.raises(ConfigError, match=r"kedro run --pipeline=word2vec"):
+        train_models(WORD2VEC["train"], ORGS, {}, {}, None)

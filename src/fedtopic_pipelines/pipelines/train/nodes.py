@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, TrainConfig
+from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, WORD_FAMILIES, ConfigError, TrainConfig
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
@@ -37,6 +37,11 @@ def train_models(
     prefixes its keys with ``train.``), with the rounds an organisation was left out of.
     """
     config = TrainConfig.from_params(params)
+    if config.model.family in WORD_FAMILIES:
+        raise ConfigError(
+            f"parameter 'train.model.family' is {config.model.family!r}, a word-vector family: it trains with "
+            "`kedro run --pipeline=word2vec` from the 'word2vec.train' block (docs/word2vec.md)"
+        )
     matrices = training_matrices(config, organisations, common_vocabulary, inputs)
     on_flower = config.engine == "flower" and "federated" in config.scenarios
     rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
