@@ -189,7 +189,7 @@ class FedSGD:
         return {self.convergence_metric: change}
 
 
-class SparseRowsSGD:
+class SparseRowsSGD(FedSGD):
     """FedSGD on row-indexed gradients (Word2Vec; seed 003 Algorithm 3 and sec. 4.5.1).
 
     Each client sends the gradient of its batch's mean loss on the rows it touched, with
@@ -197,7 +197,8 @@ class SparseRowsSGD:
     send counts as zero for it: :func:`sparse_row_mean`), scales it by the round's pairs
     when ``reduction`` is ``sum``, and steps only those rows with a sparse-aware optimizer.
     Every round reports the bytes its accepted updates carried, what dense gradients of
-    the same tensors would have carried, and their ratio (thesis Fig. 4.12).
+    the same tensors would have carried, and their ratio (thesis Fig. 4.12). Validation
+    (``validate_update`` checks the sparse rows), broadcast, snapshots and checkpoints are FedSGD's.
     """
 
     kind = UpdateKind.SPARSE_ROWS
@@ -211,6 +212,7 @@ class SparseRowsSGD:
         metric_names: Sequence[str] | None = None,
     ) -> None:
         self.model = model
+        self.statistics = None
         self.reduction = reduction
         self.metric_names = None if metric_names is None else frozenset(metric_names)
         self.params = dict(model.named_parameters())
@@ -218,31 +220,9 @@ class SparseRowsSGD:
         self._specs = {name: TensorSpec.of(p) for name, p in self.params.items()}
         self.dense_bytes = sum(p.numel() * p.element_size() for p in self.params.values())
 
-    def parameters(self) -> dict[str, torch.Tensor]:
-        return {name: p.detach() for name, p in self.params.items()}
-
-    def instruction(self, round_: int) -> Instruction:
-        return Instruction(round_, self.parameters(), {"action": self.kind.value})
-
     def evaluation_instruction(self, round_: int) -> Instruction:
         # the tables themselves, not a copy: clients only read them (a copy is 2 V x D floats)
         return Instruction(round_, self.parameters(), {"action": EVALUATE})
-
-    def snapshot(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-
-    def restore(self, state: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(state)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.snapshot(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-
-    def validate(self, update: Update, capacity: int | None) -> None:
-        validate_update(update, self.kind, self._specs, None, capacity, self.metric_names)
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         weights = [u.num_examples for u in updates]

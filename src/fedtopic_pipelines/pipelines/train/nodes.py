@@ -43,6 +43,24 @@ def train_models(
             "`kedro run --pipeline=word2vec` from the 'word2vec.train' block (docs/word2vec.md)"
         )
     matrices = training_matrices(config, organisations, common_vocabulary, inputs)
+    models, runs = run_scenarios(
+        config, organisations, preprocess_params, consensus_params, common_vocabulary, matrices
+    )
+    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
+    return models, history, mlflow
+
+
+def run_scenarios(
+    config: TrainConfig,
+    organisations: list[str],
+    preprocess_params: dict[str, Any],
+    consensus_params: dict[str, Any],
+    common_vocabulary: pd.DataFrame,
+    data: dict[str, Any],
+) -> tuple[dict[str, TrainedModel], dict[str, Any]]:
+    """Every configured scenario on the organisations' ``data``; with ``engine: flower`` the
+    federated one on the Flower federation (its nodes read their own data), the others in
+    process. Returns the models and the Flower run facts by model name."""
     on_flower = config.engine == "flower" and "federated" in config.scenarios
     rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
     models: dict[str, TrainedModel] = {}
@@ -58,9 +76,8 @@ def train_models(
             job, common_vocabulary["term"].tolist(), Path(config.flower.federation_dir), config.flower.run_timeout_s
         )
     if rest:
-        models.update(train_scenarios(matrices, config.replace(scenarios=rest), vocabulary=common_vocabulary))
-    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
-    return models, history, mlflow
+        models.update(train_scenarios(data, config.replace(scenarios=rest), vocabulary=common_vocabulary))
+    return models, runs
 
 
 def training_matrices(

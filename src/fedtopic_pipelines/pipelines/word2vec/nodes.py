@@ -22,8 +22,7 @@ from fedtopic_pipelines.core.families.word2vec import Sentences, sentences_from_
 from fedtopic_pipelines.core.ingest.common import iter_frames
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.training import train_scenarios
-from fedtopic_pipelines.pipelines.train.nodes import training_histories
+from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +46,7 @@ def train_word2vec(
     full history (with the bytes each round's updates carried) and the series for MLflow."""
     config = from_mapping(Word2VecRunConfig, params, "word2vec").train
     data = {org: sentences[org] for org in organisations}
-    on_flower = config.engine == "flower" and "federated" in config.scenarios
-    rest = tuple(s for s in config.scenarios if not (on_flower and s == "federated"))
-    models: dict[str, TrainedModel] = {}
-    runs: dict[str, Any] = {}
-    if on_flower:
-        from fedtopic_pipelines.flower.federation import Job
-        from fedtopic_pipelines.flower.submit import train_on_flower
-
-        job = Job(list(organisations), preprocess_params, consensus_params, config.to_params())
-        models["federated"], runs["federated"] = train_on_flower(
-            job, common_vocabulary["term"].tolist(), Path(config.flower.federation_dir), config.flower.run_timeout_s
-        )
-    if rest:
-        models.update(train_scenarios(data, config.replace(scenarios=rest), vocabulary=common_vocabulary))
+    models, runs = run_scenarios(config, organisations, preprocess_params, consensus_params, common_vocabulary, data)
     history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
     for name, model in models.items():
         kept = [r for r in model.history if r.round % config.mlflow_every == 0 or r is model.history[-1]]
