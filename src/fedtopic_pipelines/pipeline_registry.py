@@ -15,7 +15,7 @@ from kedro.pipeline import Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError
 
-CORPORA = ("demo", "wikipedia", "s2orc", "table", "synthetic")
+CORPORA = ("demo", "wikipedia", "s2orc", "table", "archives", "synthetic")
 DEFAULT_CHAIN = ("ingest", "preprocess", "vocab_consensus", "embed", "train", "evaluate")
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def register_pipelines() -> Mapping[str, Pipeline]:
     """``__default__`` chains ingestion of the configured corpus, preprocessing, consensus, embedding
     (a no-op unless the family reads sentence embeddings), training, evaluation.
 
-    ``corpus`` (demo | wikipedia | s2orc | table | synthetic) picks which ingestion feeds
+    ``corpus`` (demo | wikipedia | s2orc | table | archives | synthetic) picks which ingestion feeds
     the chain (``ingest`` is its alias); every ``ingest_<corpus>`` also runs on its own.
 
     ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
@@ -130,6 +130,7 @@ def register_pipelines() -> Mapping[str, Pipeline]:
     builders: dict[str, Callable[[], Pipeline]] = {
         "ingest_demo": lambda: _module("ingest_demo").create_pipeline(orgs),
         "ingest_table": lambda: _module("ingest_table").create_pipeline(orgs),
+        "ingest_archives": lambda: _module("ingest_archives").create_pipeline(orgs),
         "ingest_wikipedia": lambda: _module("ingest_wikipedia").create_pipeline(rules["wikipedia"]),
         "ingest_s2orc": lambda: _module("ingest_s2orc").create_pipeline(rules["s2orc"]),
         "ingest_synthetic": lambda: _module("ingest_synthetic").create_pipeline(orgs),

@@ -247,3 +247,34 @@ def test_ingest_wikipedia_reads_a_users_dump_under_another_name(tmp_path, caplog
     (tmp_path / "other" / "enwiki-latest-pages-articles.xml.gz").write_bytes(b"x")
     with pytest.raises(Exception, match=r"enwiki-latest-pages-articles.xml.gz'\] but no file recognised"):
         InputFilesDataset(str(tmp_path / "other"), entry["pattern"], entry["fallback"]).load()
+
+
+def test_ingest_archives_slice(tmp_path) -> None:
+    """Sources of two organisations read from a pinned archive in the folder; each source's counts reported."""
+    from fedtopic_pipelines.pipelines import ingest_archives
+    from tests.core.ingest.test_archives import config, make_wheel
+
+    _, sha = make_wheel(tmp_path)
+    params = config(sha).to_params()
+    out = run_slice(
+        ingest_archives.create_pipeline(["wiki", "news"]),
+        {"text_archives": tmp_path, "params:organisations": ["wiki", "news"], "params:ingest_archives": params},
+    )
+    news = out["clients.news.raw_documents"]
+    assert list(news.columns) == ["doc_id", "organisation", "text", "label", "split"]
+    assert sorted(news["label"]) == ["lines", "lines", "rows", "rows"] and len(out["clients.wiki.raw_documents"]) == 3
+    report = out["ingestion_report_archives"]
+    assert report["documents_read"] == 8 and report["skipped_records"] == 1  # the duplicate row
+    assert report["sources"]["rows"] | {"file": "-"} == {
+        "organisation": "news",
+        "requirement": "tinytext==1.0",
+        "file": "-",
+        "bytes": report["sources"]["rows"]["bytes"],
+        "members": 1,
+        "replaced_bytes": 0,
+        "over_max_documents": 0,
+        "documents": 2,
+        "duplicates": 1,
+        "words": 8,  # "Rocket news A rocket flew." and "Dup Same text"
+    }
+    assert out["ingestion_metrics_mlflow"]["kept_total"][0]["value"] == 7

