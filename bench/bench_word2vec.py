@@ -97,28 +97,15 @@ def train_ours(data, vocabulary, args, scenario: str, sharing: str, negatives: i
     return seconds, trained.state["input"].numpy(), trained.history
 
 
-def train_gensim(texts, vocabulary, args):
-    import gensim
-    from gensim.models import Word2Vec
+def train_gensim(data, vocabulary, args):
+    """gensim Word2Vec(sg=1) on the same sequences, through the pipeline's reference (core)."""
+    from fedtopic_pipelines.core.config import Word2VecConfig
+    from fedtopic_pipelines.core.families.word2vec import gensim_reference
 
-    keep = set(vocabulary["term"])
-    sentences = [[w for w in doc if w in keep] for docs in texts.values() for doc in docs]
-    sentences = [s for s in sentences if len(s) >= 2]
-    model = Word2Vec(
-        vector_size=args.dimension,
-        window=args.window,
-        negative=5,
-        sg=1,
-        sample=1e-3,
-        min_count=1,
-        workers=args.threads,
-        seed=args.seed,
-    )
-    model.build_vocab(sentences)
-    started = time.perf_counter()
-    model.train(sentences, total_examples=len(sentences), epochs=args.epochs)
-    seconds = time.perf_counter() - started
-    return seconds, model.wv, gensim.__version__
+    model = Word2VecConfig(dimension=args.dimension, window=args.window, negatives=5, negative_sharing="pair")
+    terms = vocabulary["term"].tolist()
+    kv, info = gensim_reference(list(data.values()), terms, model, args.epochs, args.threads, args.seed)
+    return info["seconds"], kv, info["library"].removeprefix("gensim ")
 
 
 def keyed(terms, table):
@@ -172,7 +159,7 @@ def run_quality(args) -> None:
         "sum",
     )
     rows = {}
-    seconds, kv, version = train_gensim(texts, vocabulary, args)
+    seconds, kv, version = train_gensim(data, vocabulary, args)
     rows[f"gensim {version} Word2Vec(sg=1, negative=5)"] = (seconds, kv, None)
     for scenario in ("centralized", "federated"):
         seconds, table, history = train_ours(data, vocabulary, args, scenario, "pair", 5, 0.025, "sum")

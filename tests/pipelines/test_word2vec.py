@@ -64,7 +64,13 @@ def test_the_pipeline_trains_every_scenario_and_scores_each_model(chain) -> None
     assert all(r > 1 for r in federated["bytes_ratio"])  # sparse rows are fewer bytes than the dense tables
     scores = out["word2vec_scores"]
     assert json.loads(json.dumps(scores)) is not None  # what the JSON dataset writes
-    assert set(scores) == set(models)
+    assert set(scores) == {*models, "gensim"}  # gensim's Word2Vec on the pooled sequences, scored alike
+    run = scores["gensim"]["run"]
+    assert (
+        scores["gensim"]["scenario"] == "reference" and run["epochs"] == 1 and run["negatives"] == 5
+    )  # ours: 3 shared by a batch
+    assert run["tokens"] == sum(len(out[f"clients.{o}.sentences"].tokens) for o in ORGS)
+    assert scores["gensim"]["metrics"]["analogy.google.total"] == 19544
     metrics = scores["federated"]["metrics"]
     for name in ("wordsim353", "simlex999", "men", "rare_words", "mturk287"):
         assert metrics[f"similarity.{name}.pairs"] > 0  # every pair counted, covered or not
@@ -78,7 +84,8 @@ def test_the_pipeline_trains_every_scenario_and_scores_each_model(chain) -> None
     vectors = out["word2vec_vectors"]
     terms = upstream["common_vocabulary"]["term"].tolist()
     assert vectors["federated"].index_to_key == terms
-    assert set(out["word2vec_figures"]) == {f"pca_{name}" for name in models}
+    assert set(out["word2vec_figures"]) == {f"pca_{name}" for name in scores}
+    assert vectors["gensim"].vector_size == 8
     assert out["word2vec_figures"]["pca_federated"].axes
     mlflow = out["word2vec_metrics_mlflow"]
     assert "federated.similarity.wordsim353.coverage" in mlflow

@@ -581,6 +581,8 @@ class Word2VecRunConfig(ConfigModel):
         )
     )
     evaluate: WordVectorsEvaluateConfig = Field(default_factory=WordVectorsEvaluateConfig)
+    # gensim Word2Vec(sg=1) on the pooled sequences with the same settings, scored beside the scenarios
+    reference: Literal["gensim", "none"] = "gensim"
 
     @model_validator(mode="after")
     def _word_family(self) -> Self:

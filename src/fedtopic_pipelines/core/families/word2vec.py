@@ -382,3 +382,56 @@ def model_config(model: SkipGram) -> Word2VecConfig:
     if not isinstance(config, Word2VecConfig):
         raise ValueError("a SkipGram built outside the family has no config")
     return config
+
+
+GENSIM_MAX_WORDS = 10_000  # gensim's Word2Vec cuts a longer sentence silently (MAX_WORDS_IN_BATCH)
+
+
+def gensim_reference(
+    data: Sequence[Sentences], terms: Sequence[str], model: Word2VecConfig, epochs: int, threads: int, seed: int
+) -> tuple[Any, dict[str, Any]]:
+    """gensim ``Word2Vec(sg=1)`` on the pooled sequences, with our dimension, window, negatives per
+    pair (5 when ours share a batch's), subsampling and noise power: the model a user would
+    otherwise train, as a yardstick beside the scenarios. Documents longer than gensim's 10,000
+    words are cut into pieces rather than truncated. Returns its vectors and what it ran."""
+    import time
+
+    import gensim
+    from gensim.models import Word2Vec
+
+    words = np.asarray(list(terms), dtype=object)
+    sentences = [
+        words[
+            part.tokens[part.offsets[i] + start : min(part.offsets[i + 1], part.offsets[i] + start + GENSIM_MAX_WORDS)]
+        ].tolist()
+        for part in data
+        for i in range(part.shape[0])
+        for start in range(0, int(part.lengths[i]), GENSIM_MAX_WORDS)
+    ]
+    negatives = model.negatives if model.negative_sharing == "pair" else 5
+    w2v = Word2Vec(
+        vector_size=model.dimension,
+        window=model.window,
+        negative=negatives,
+        sg=1,
+        sample=model.subsample,
+        ns_exponent=model.noise_power,
+        min_count=1,
+        workers=threads,
+        seed=seed,
+    )
+    w2v.build_vocab(sentences)
+    started = time.perf_counter()
+    w2v.train(sentences, total_examples=len(sentences), epochs=epochs)
+    seconds = time.perf_counter() - started
+    tokens = int(sum(len(s) for s in sentences))
+    info = {
+        "library": f"gensim {gensim.__version__}",
+        "epochs": epochs,
+        "negatives": negatives,
+        "threads": threads,
+        "tokens": tokens,
+        "seconds": seconds,
+        "words_per_second": tokens * epochs / seconds if seconds > 0 else None,
+    }
+    return w2v.wv, info

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fedtopic_pipelines.core.config import Word2VecRunConfig, from_mapping
-from fedtopic_pipelines.core.families.word2vec import Sentences, sentences_from_frames
+from fedtopic_pipelines.core.families.word2vec import Sentences, gensim_reference, sentences_from_frames
 from fedtopic_pipelines.core.ingest.common import iter_frames
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
@@ -64,12 +65,41 @@ def train_word2vec(
     return models, history, mlflow
 
 
+def train_reference(
+    params: dict[str, Any], organisations: list[str], common_vocabulary: pd.DataFrame, **sentences: Sentences
+) -> dict[str, Any]:
+    """With ``word2vec.reference: gensim``, gensim's Word2Vec on the pooled sequences (the model a
+    user would otherwise train; pooled, so it sees what the centralized scenario sees), with
+    the training's settings and ``max_epochs`` passes; ``{}`` with ``none``."""
+    config = from_mapping(Word2VecRunConfig, params, "word2vec")
+    if config.reference == "none":
+        return {}
+    train = config.train
+    epochs = train.max_epochs or 1
+    threads = train.threads or os.cpu_count() or 1
+    data = [sentences[org] for org in organisations]
+    kv, info = gensim_reference(data, common_vocabulary["term"].tolist(), train.model, epochs, threads, train.seed)
+    logger.info(
+        "word2vec reference %s: %d passes over %d tokens in %.1f s (%.0f words/s, %d threads)",
+        info["library"],
+        epochs,
+        info["tokens"],
+        info["seconds"],
+        info["words_per_second"] or 0.0,
+        threads,
+    )
+    return {"gensim": {"vectors": kv, "run": info}}
+
+
 def evaluate_word_vectors(
-    models: dict[str, TrainedModel], common_vocabulary: pd.DataFrame, params: dict[str, Any]
+    models: dict[str, TrainedModel],
+    common_vocabulary: pd.DataFrame,
+    params: dict[str, Any],
+    reference: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, list[dict[str, float]]]]:
     """Each model's vectors (word2vec text format, gensim-loadable), its benchmark scores, its
     probes' nearest neighbours and its 3-D PCA plot; the flat scores again for MLflow
-    (``word2vec.<model>.<benchmark>.<score>``)."""
+    (``word2vec.<model>.<benchmark>.<score>``). The reference (gensim) is scored the same way."""
     from fedtopic_pipelines.core.metrics import word_benchmarks as wb
 
     config = from_mapping(Word2VecRunConfig, params, "word2vec").evaluate
@@ -86,8 +116,17 @@ def evaluate_word_vectors(
     vectors: dict[str, Any] = {}
     figures: dict[str, Any] = {}
     mlflow: dict[str, list[dict[str, float]]] = {}
-    for name, model in models.items():
-        kv = word_vectors(model, terms, common_vocabulary["frequency"].tolist())
+    entries = {
+        name: (
+            word_vectors(model, terms, common_vocabulary["frequency"].tolist()),
+            model.scenario,
+            {"organisations": model.organisations},
+        )
+        for name, model in models.items()
+    }
+    for name, ref in (reference or {}).items():
+        entries[name] = (ref["vectors"], "reference", {"organisations": [], "run": ref["run"]})
+    for name, (kv, scenario, about) in entries.items():
         vectors[name] = kv
         result = wb.evaluate_vectors(
             kv,
@@ -97,12 +136,12 @@ def evaluate_word_vectors(
             seed=config.seed,
             restrict_vocab=config.analogy_restrict_vocab,
         )
-        scores[name] = {"scenario": model.scenario, "organisations": model.organisations, **result}
+        scores[name] = {"scenario": scenario, **about, **result}
         figures[f"pca_{name}"], scores[name]["pca"] = wb.pca_figure(
             kv,
             list(config.probes),
             topn=config.neighbours,
-            title=f"{name} ({model.scenario})",
+            title=f"{name} ({scenario})",
             background=config.plot_words,
         )
         for key, value in result.get("metrics", {}).items():

@@ -3,7 +3,12 @@
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.naming import client, shared
-from fedtopic_pipelines.pipelines.word2vec.nodes import build_sentences, evaluate_word_vectors, train_word2vec
+from fedtopic_pipelines.pipelines.word2vec.nodes import (
+    build_sentences,
+    evaluate_word_vectors,
+    train_reference,
+    train_word2vec,
+)
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
@@ -42,8 +47,19 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                 name="train_word2vec",
             ),
             Node(
+                train_reference,
+                inputs={
+                    "params": "params:word2vec",
+                    "organisations": "params:organisations",
+                    "common_vocabulary": "common_vocabulary",
+                    **{org: client(org, "sentences") for org in organisations},
+                },
+                outputs="word2vec_reference",
+                name="train_word2vec_reference",
+            ),
+            Node(
                 evaluate_word_vectors,
-                inputs=["word2vec_models", "common_vocabulary", "params:word2vec"],
+                inputs=["word2vec_models", "common_vocabulary", "params:word2vec", "word2vec_reference"],
                 outputs=["word2vec_scores", "word2vec_vectors", "word2vec_figures", "word2vec_metrics_mlflow"],
                 name="evaluate_word_vectors",
             ),
