@@ -273,6 +273,8 @@ def test_ingest_archives_slice(tmp_path) -> None:
         "members": 1,
         "replaced_bytes": 0,
         "over_max_documents": 0,
+        "other_labels": 0,
+        "no_label": 0,
         "documents": 2,
         "duplicates": 1,
         "words": 8,  # "Rocket news A rocket flew." and "Dup Same text"

