@@ -57,3 +57,23 @@ def test_svm_with_too_few_documents_or_unlabelled_ones() -> None:
     labels = np.array(["a", "b"] * 20 + [""] * 10)
     features = np.vstack([np.where(labels[:40, None] == "a", 1.0, -1.0), np.zeros((10, 1))])
     assert svm_macro_f1(features, labels, 0.2, 1.0, seed=0) == 1.0
+
+
+def test_svm_scores_report_macro_f1_and_accuracy() -> None:
+    from fedtopic_pipelines.core.metrics.classification import svm_scores
+
+    rng = np.random.default_rng(0)
+    labels = np.array(["a"] * 60 + ["b"] * 40)
+    features = rng.normal(size=(100, 3)) + (labels == "b")[:, None] * 0.8  # overlapping classes
+    scores = svm_scores(features, labels, 0.2, 1.0, seed=0)
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.model_selection import train_test_split
+    from sklearn.svm import LinearSVC
+
+    x_tr, x_te, y_tr, y_te = train_test_split(features, labels, test_size=0.2, random_state=0, stratify=labels)
+    predicted = LinearSVC(C=1.0, random_state=0).fit(x_tr, y_tr).predict(x_te)
+    assert scores == {
+        "macro_f1": f1_score(y_te, predicted, average="macro"),
+        "accuracy": accuracy_score(y_te, predicted),
+    }
+    assert 0.5 < scores["accuracy"] < 1.0 and scores["macro_f1"] != scores["accuracy"]
