@@ -37,7 +37,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
-    tested |= {"bench_word2vec.py"}
+    tested |= {"bench_word2vec.py", "bench_nmf.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -157,3 +157,8 @@ def test_bench_word2vec_smoke() -> None:
     out = run_bench("bench_word2vec.py", "--smoke", "--memory")
     rows = [line for line in out.splitlines() if line.startswith("| ")][1:]
     assert len(rows) == 2, out
+
+
+def test_bench_nmf_smoke() -> None:
+    out = run_bench("bench_nmf.py", "--smoke")
+    assert "| scikit-learn max_iter |" in out and "seconds per client" in out

@@ -105,3 +105,20 @@ def test_the_critic_ascends_the_bound_and_the_run_is_deterministic() -> None:
     assert again == estimates and torch.equal(weights, weights_again)
     other, _ = run(1)
     assert other != estimates
+
+
+def test_local_epochs_visit_every_document_once_per_epoch_in_batches_of_two_or_more() -> None:
+    import scipy.sparse as sp
+
+    from fedtopic_pipelines.core.models.nmf import local_epochs, mean_reconstruction
+
+    g = torch.Generator().manual_seed(0)
+    matrix = sp.csr_matrix((torch.rand(41, 10, generator=g) > 0.6).float().numpy())
+    model = NMFModel(10, 3, with_critic=True, x_mean=float(matrix.mean()), seed=0)
+    h = nmf_init(float(matrix.mean()), (41, 3), torch.Generator().manual_seed(1), torch.float32)
+    before = mean_reconstruction(model, h, matrix)
+    results = local_epochs(model, h, matrix, 3, 20, 0.05, 0.1, torch.Generator().manual_seed(2))
+    assert len(results) == 3 * 2  # 20 + 21 documents: a batch of one is merged (SMILE needs two)
+    assert mean_reconstruction(model, h, matrix) < before
+    with pytest.raises(ValueError, match="at least 2 documents"):
+        local_epochs(model, h[:1], matrix[:1], 1, 20, 0.05, 0.0, torch.Generator().manual_seed(2))

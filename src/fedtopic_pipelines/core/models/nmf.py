@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -151,3 +153,51 @@ def local_step(
             for p, g in zip(model.critic.parameters(), grads, strict=True):
                 p.add_(lr * g)  # ascent: the critic maximises the bound
     return NMFStepResult(float(loss.detach()), float(recon.detach()), float(info.detach()))
+
+
+def dense_rows(matrix: Any, rows: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Rows of a scipy sparse (or dense numpy) document-term matrix as a dense tensor batch."""
+    picked = matrix[rows.numpy()]
+    values = picked.toarray() if hasattr(picked, "toarray") else np.asarray(picked)
+    return torch.from_numpy(np.ascontiguousarray(values)).to(dtype)
+
+
+def local_epochs(
+    model: NMFModel,
+    h: torch.Tensor,
+    matrix: Any,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    mi_weight: float,
+    generator: torch.Generator,
+    tau: float = TAU,
+) -> list[NMFStepResult]:
+    """ClientUpdate of Algorithm 1: ``epochs`` passes over the organisation's documents (the rows
+    of ``matrix``) in shuffled batches of ``batch_size`` (a last batch of one document is
+    merged into the previous one: the SMILE estimate needs two). Centralized NMF by SGD is the
+    same loop on the pooled matrix."""
+    n = matrix.shape[0]
+    if n < 2:
+        raise ValueError(f"NMF by SGD needs at least 2 documents, got {n}")
+    results = []
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator)
+        starts = list(range(0, n, batch_size))
+        if n - starts[-1] == 1 and len(starts) > 1:
+            starts.pop()
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else n
+            rows = order[start:end]
+            results.append(local_step(model, h, dense_rows(matrix, rows), rows, lr, mi_weight, tau))
+    return results
+
+
+def mean_reconstruction(model: NMFModel, h: torch.Tensor, matrix: Any, batch_size: int = 4096) -> float:
+    """Eq. 3's least-squares term over every document (no MI): the loss the benchmarks compare."""
+    total = 0.0
+    with torch.no_grad():
+        for start in range(0, matrix.shape[0], batch_size):
+            rows = torch.arange(start, min(start + batch_size, matrix.shape[0]))
+            total += float(reconstruction(dense_rows(matrix, rows), model.w, h[rows])) * len(rows)
+    return total / matrix.shape[0]
