@@ -199,7 +199,8 @@ class ArchiveSourceConfig(ConfigModel):
     quoting: Literal["minimal", "none"] = "minimal"  # unit csv_row: none reads quote characters as text
     label_column: Name | None = None  # unit csv_row: the column holding the label (else: the source's name)
     label_member: Name | None = None  # unit line: the member whose line i is the label of line i
-    keep_labels: tuple[Name, ...] = ()  # keep only documents with these labels (the rest counted)
+    label_names: dict[Name, Name] = Field(default_factory=dict)  # raw label -> its name (e.g. tag 1 -> wordpress)
+    keep_labels: tuple[Name, ...] = ()  # keep only documents with these labels, after naming (the rest counted)
     json_documents: str = "*"  # unit json: dotted path to the records (* = every key or item)
     json_texts: tuple[Name, ...] = ()  # unit json: dotted paths to a record's strings
     max_documents: PositiveInt | None = None  # keep the first N documents of this source

@@ -170,6 +170,7 @@ def test_labels_from_a_column_or_a_paired_member_and_kept_labels(tmp_path) -> No
         "members": ["titles.txt"],
         "unit": "line",
         "label_member": "labels.txt",
+        "label_names": {"10": "bash", "16": "qt"},  # 18 has no name: kept as it is
     }
     params = {"sources": {"sms": sms, "so": so}, "download": False, "test_fraction": 0.0}
     cfg = from_mapping(IngestArchivesConfig, params, "ingest_archives")
@@ -178,9 +179,9 @@ def test_labels_from_a_column_or_a_paired_member_and_kept_labels(tmp_path) -> No
     assert pairs == [
         ('See you "soon', "ham"),
         ("WIN a prize now", "spam"),
-        ("How to grep", "10"),
+        ("How to grep", "bash"),
         ("LINQ join", "18"),
-        ("Qt signals", "16"),
+        ("Qt signals", "qt"),
     ]
     assert sources["sms"]["other_labels"] == 1  # 'plot' is not a kept label; the empty text is no document
     assert sources["so"]["members"] == 1 and sources["so"]["documents"] == 3

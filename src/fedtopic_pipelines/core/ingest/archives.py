@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bz2
 import csv
+import dataclasses
 import fnmatch
 import gzip
 import hashlib
@@ -323,6 +324,8 @@ def source_documents(path: Path, source: Any, label: str) -> tuple[list[ArchiveT
             if doc.label is not None and not doc.label:
                 counts["no_label"] += 1
                 continue
+            if doc.label in source.label_names:
+                doc = dataclasses.replace(doc, label=source.label_names[doc.label])
             if keep and (doc.label if doc.label is not None else label) not in keep:
                 counts["other_labels"] += 1
                 continue
