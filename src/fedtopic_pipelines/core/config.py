@@ -411,10 +411,37 @@ class Word2VecConfig(ConfigModel):
     validation_pairs: PositiveInt = 100_000
 
 
+class NMFConfig(ConfigModel):
+    """FedNMF+MI (seed 004): X ~ W H fitted by projected SGD, W (vocabulary x topics) shared, H
+    (a topic vector per document) kept by the organisation that holds the document.
+
+    ``mi_weight`` is eq. 3's lambda: the weight of the SMILE estimate (eq. 2, clip ``tau``)
+    of the mutual information between a document's bag of words and its topic weights,
+    scored by a critic with hidden layers of 32 and 256 units; 0 is plain NMF and builds no
+    critic. The local optimiser is projected SGD at ``train.optimizer.lr`` (Algorithm 1,
+    lines 5-7), over ``train.aggregation.local_epochs`` epochs of ``train.batch_size``
+    documents. ``inference_epochs``: passes of the same projected descent on eq. 3, W and
+    the critic fixed, that give evaluated documents their topic weights (docs/fednmf.md).
+    """
+
+    block: ClassVar[str] = "train.model"
+
+    family: Literal["nmf"] = "nmf"
+    n_topics: Annotated[int, Field(ge=2)] = 50
+    mi_weight: NonNegativeFloat = 0.0
+    tau: PositiveFloat = 5.0
+    inference_epochs: PositiveInt = 50
+
+
 CONTEXTUAL_FAMILIES = ("combinedtm", "zeroshottm")  # families whose data carry sentence embeddings
 WORD_FAMILIES = ("word2vec",)  # families that train word vectors on token sequences, not topic models
 DEFAULT_FAMILY = "prodlda"
-FAMILY_TAGS = ("prodlda", *CONTEXTUAL_FAMILIES, *WORD_FAMILIES)  # one per family config; core/families registers them
+FAMILY_TAGS = (
+    "prodlda",
+    *CONTEXTUAL_FAMILIES,
+    *WORD_FAMILIES,
+    "nmf",
+)  # one per family config; core/families registers them
 
 
 def _family_of(value: Any) -> str | None:
@@ -427,7 +454,8 @@ ModelConfig = Annotated[
     Annotated[ProdLDAConfig, Tag("prodlda")]
     | Annotated[CombinedTMConfig, Tag("combinedtm")]
     | Annotated[ZeroShotTMConfig, Tag("zeroshottm")]
-    | Annotated[Word2VecConfig, Tag("word2vec")],
+    | Annotated[Word2VecConfig, Tag("word2vec")]
+    | Annotated[NMFConfig, Tag("nmf")],
     Discriminator(_family_of),
 ]
 
@@ -437,7 +465,9 @@ Unit = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class OptimizerConfig(ConfigModel):
-    """Server-side optimizer applied to the aggregated gradient (eq. 3, with Adam).
+    """The optimizer that consumes gradients: at the server on the averaged gradient under
+    FedSGD (gFedNTM eq. 3, with Adam), at each organisation during its local epochs under a
+    weights rule (``train.aggregation``).
 
     ``sgd`` and ``adagrad`` serve every family (on sparse rows they update only the rows a
     round touched); ``sparse_adam`` (torch's lazy Adam) only the sparse-row family (Word2Vec).
@@ -448,6 +478,39 @@ class OptimizerConfig(ConfigModel):
     name: Literal["adam", "sgd", "adagrad", "sparse_adam"] = "adam"
     lr: PositiveFloat = 2e-3
     betas: tuple[Unit, Unit] = (0.99, 0.999)
+
+
+class AggregationConfig(ConfigModel):
+    """How the server combines the organisations' updates (``train.aggregation``).
+
+    ``rule``: ``fedsgd`` (gFedNTM: every round one local mini-batch's gradient, averaged by
+    batch size, and one step of ``train.optimizer`` at the server) or a weights rule
+    (Reddi et al. 2021, "Adaptive Federated Optimization"; seed 004 Algorithm 1): each
+    sampled organisation trains ``local_epochs`` epochs with ``train.optimizer`` as its local
+    optimiser and sends its weights; the server averages them by document count (``fedavg``)
+    or takes one FedAdagrad / FedYogi / FedAdam step on the pseudo-gradient (the average
+    minus the current weights) with learning rate ``eta``, ``beta_1``, ``beta_2`` and
+    ``tau``. null: the family's own (``fedsgd`` for the gradient and sparse-row families,
+    ``fedavg`` for NMF). ``eta`` and ``beta_1`` null: Flower 1.41's defaults for the rule
+    (eta 0.1 for FedAdagrad and FedAdam, 0.01 for FedYogi; beta_1 0.9, and 0 for FedAdagrad,
+    whose Flower implementation has no momentum); docs/fedopt.md.
+
+    ``client_fraction`` C: each round samples floor(C K) of the K organisations with a
+    generator seeded by ``train.seed`` and the round (seed 004 Algorithm 1, line 4-5).
+    """
+
+    block: ClassVar[str] = "train.aggregation"
+
+    rule: Literal["fedsgd", "fedavg", "fedadagrad", "fedyogi", "fedadam"] | None = None
+    client_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    local_epochs: PositiveInt = 1
+    eta: PositiveFloat | None = None
+    beta_1: Unit | None = None
+    beta_2: Unit = 0.99
+    tau: PositiveFloat = 1e-3
+
+
+WEIGHT_RULES = ("fedavg", "fedadagrad", "fedyogi", "fedadam")
 
 
 class FlowerConfig(ConfigModel):
@@ -526,6 +589,7 @@ class TrainConfig(ConfigModel):
     scenarios: Annotated[tuple[Scenario, ...], Field(min_length=1)] = SCENARIOS
     model: ModelConfig = Field(default_factory=ProdLDAConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
     batch_size: Annotated[int, Field(ge=2)] = 64
     max_steps: PositiveInt | None = 1000
     max_epochs: PositiveInt | None = None
@@ -554,7 +618,44 @@ class TrainConfig(ConfigModel):
             raise ValueError(f"'train.scenarios' repeats a scenario: {list(self.scenarios)}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("'train.checkpoint_every' > 0 needs 'train.checkpoint_dir'")
+        rule, family = self.rule, self.model.family
+        if family == "nmf" and rule == "fedsgd":
+            raise ValueError(
+                "'train.aggregation.rule' is 'fedsgd', but NMF trains local epochs and sends weights (seed 004 "
+                f"Algorithm 1): choose one of {list(WEIGHT_RULES)}"
+            )
+        if family == "nmf" and self.optimizer.name != "sgd":
+            raise ValueError(
+                f"'train.optimizer.name' is {self.optimizer.name!r}; NMF's local optimiser is projected SGD "
+                "(seed 004 Algorithm 1): set it to 'sgd'"
+            )
+        if family in WORD_FAMILIES and rule != "fedsgd":
+            raise ValueError(
+                f"'train.aggregation.rule' is {rule!r}; word2vec sends sparse gradient rows (FedSGD): weights "
+                "of 2 x V x D floats per organisation and round would undo its sparse updates"
+            )
+        normalization = getattr(self.model, "normalization", None)
+        if rule in WEIGHT_RULES and normalization == "batch":
+            raise ValueError(
+                f"'train.aggregation.rule' is {rule!r} with 'train.model.normalization: batch': BatchNorm's "
+                "running statistics have no defined average over local epochs here; use 'layer' or 'none'"
+            )
+        if rule in WEIGHT_RULES and self.optimizer.name == "sparse_adam":
+            raise ValueError("'train.optimizer.name' 'sparse_adam' is for sparse rows, not local epochs")
+        if rule == "fedsgd" and self.aggregation.local_epochs != 1:
+            raise ValueError(
+                f"'train.aggregation.local_epochs' is {self.aggregation.local_epochs}, but FedSGD sends one "
+                "mini-batch's gradient per round; local epochs need a weights rule "
+                f"({list(WEIGHT_RULES)})"
+            )
         return self
+
+    @property
+    def rule(self) -> str:
+        """The aggregation rule: ``train.aggregation.rule``, or the family's own when null."""
+        if self.aggregation.rule is not None:
+            return self.aggregation.rule
+        return "fedavg" if self.model.family == "nmf" else "fedsgd"
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> TrainConfig:

@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flwr.app import Message, RecordDict
@@ -200,15 +200,17 @@ class GridEngine:
                 raise FederationError(f"stage '{action}': node {node} ({org}) sent a malformed reply: {exc}") from None
         return answers
 
-    def broadcast(self, instruction: Instruction) -> Replies:
+    def broadcast(self, instruction: Instruction, to: Sequence[str] | None = None) -> Replies:
+        """One round's instruction to every node, or (client sampling) to the organisations in ``to``."""
         start = time.perf_counter()
         content = instruction_to_record(instruction)
         kind = message_type(instruction)
-        messages = [Message(content=content, dst_node_id=node, message_type=kind) for node in self.organisations]
+        nodes = {n: o for n, o in self.organisations.items() if to is None or o in set(to)}
+        messages = [Message(content=content, dst_node_id=node, message_type=kind) for node in nodes]
         replies, missing = exchange(self.grid, messages, self.timeout_s, self.poll_s)
         failures = {self.organisations[node]: reason for node, reason in missing.items()}
         updates: list[Update] = []
-        for node, org in self.organisations.items():  # in order, so averaging adds as in-process
+        for node, org in nodes.items():  # in order, so averaging adds as in-process
             reply = replies.get(node)
             if reply is None:
                 continue

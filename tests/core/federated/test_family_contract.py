@@ -132,6 +132,21 @@ CASES: dict[str, FamilyCase] = {
             {"subsample": 0.01, "window": 5},
         ),
     ),
+    "nmf": FamilyCase(
+        train={
+            "model": {"family": "nmf", "n_topics": 3, "mi_weight": 0.1, "inference_epochs": 3},
+            "optimizer": {"name": "sgd", "lr": 0.01},
+            "aggregation": {"rule": "fedadam", "local_epochs": 2},
+            "batch_size": 8,
+            "max_steps": 10,
+            "seed": 7,
+            "device": "cpu",
+        },
+        data=lambda: dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True)),
+        vocab_size=40,
+        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
+        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+    ),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fedtopic_pipelines.core.config import FAMILY_TAGS, CombinedTMConfig, ConfigError, ZeroShotTMConfig
 from fedtopic_pipelines.core.families.ctm import ContextualFamily
+from fedtopic_pipelines.core.families.nmf import NMFFamily
 from fedtopic_pipelines.core.families.prodlda import ProdLDAFamily
 from fedtopic_pipelines.core.families.word2vec import Word2VecFamily
 from fedtopic_pipelines.core.federated.family import ModelFamily
@@ -46,3 +47,4 @@ register(ProdLDAFamily())
 register(ContextualFamily("combinedtm", CombinedTMConfig))
 register(ContextualFamily("zeroshottm", ZeroShotTMConfig))
 register(Word2VecFamily())
+register(NMFFamily())

@@ -55,6 +55,8 @@ class Checkpoints:
         if saved is None:
             return False
         server.resume(saved)
+        if "checkpointed" in server.context:
+            server.context["checkpointed"] = server.next_round
         if server.finished:
             logger.warning(
                 "%s: %s holds a finished run of this same job and data (%d rounds): its result is returned "
@@ -72,4 +74,6 @@ class Checkpoints:
         if server.next_round % self.every and not server.finished:
             return
         persist.save(self.path, server.checkpoint(), KIND)
+        if "checkpointed" in server.context:  # organisations may now drop copies of older local state
+            server.context["checkpointed"] = server.next_round
         logger.info("%s: checkpoint after round %d: %s", server.name, server.next_round - 1, self.path)

@@ -8,6 +8,7 @@ expects) is a state dict of tensors that the ClientApp keeps between messages.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 import torch
@@ -15,6 +16,8 @@ from torch import nn
 
 from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
+
+logger = logging.getLogger(__name__)
 
 
 class Client(Protocol):
@@ -42,8 +45,10 @@ class FamilyClient:
         stream: BatchStream,
         validation: Any = None,
         validation_seed: int = 0,
+        local_states: Any = None,
     ) -> None:
         self.client_id = self.name = client_id  # ``name``: a client can also be an engine's endpoint
+        self.local_states = local_states  # a LocalStates: its local parameters while the server checkpoints
         self.family = family
         self.model = model
         self.stream = stream
@@ -56,13 +61,20 @@ class FamilyClient:
     def handle(self, instruction: Instruction) -> Update:
         if instruction.config.get("action") == EVALUATE:
             return self.evaluate(instruction)
-        self.catch_up(instruction.round)
-        self.load_shared(instruction.state)
-        step = self.family.local_step(self.model, self.stream)
+        weights = instruction.config.get("action") == UpdateKind.WEIGHTS.value
+        if weights:
+            self.rejoin(instruction)
+            self.load_shared(instruction.state)
+            step = self.stream.run(self.model, instruction.round)  # a LocalEpochs: the round's local epochs
+            self.keep_local(instruction)
+        else:
+            self.catch_up(instruction.round)
+            self.load_shared(instruction.state)
+            step = self.family.local_step(self.model, self.stream)
         self.next_round = instruction.round + 1
         return Update(
             self.client_id,
-            self.family.update_kind,
+            UpdateKind.WEIGHTS if weights else self.family.update_kind,
             step.tensors,
             step.num_examples,
             row_indices=step.row_indices,
@@ -86,13 +98,50 @@ class FamilyClient:
         """Rejoin at ``round_``: a client rebuilt from scratch (a resumed run, a restarted node)
         replays its streams to where an uninterrupted client would be. The draws depend on
         the batch shapes only, so a replay reproduces them exactly."""
+        self._not_back(round_)
+        if round_ > self.next_round:
+            self.family.replay(self.model, self.stream, round_ - self.next_round)
+            self.next_round = round_
+
+    def _not_back(self, round_: int) -> None:
         if round_ < self.next_round:
             raise ValueError(
                 f"client '{self.client_id}' is at round {self.next_round} and cannot go back to round {round_}"
             )
-        if round_ > self.next_round:
-            self.family.replay(self.model, self.stream, round_ - self.next_round)
-            self.next_round = round_
+
+    def rejoin(self, instruction: Instruction) -> None:
+        """Under a weights rule a round's draws depend on the round only, so an organisation left
+        out of rounds (client sampling) has nothing to replay. Its local parameters are another
+        matter: a client rebuilt fresh in a resumed run takes them back from its own copies
+        (:class:`~fedtopic_pipelines.core.federated.local.LocalStates`), as they were after the
+        last round before this one it trained in."""
+        self._not_back(instruction.round)
+        job = instruction.config.get("job")
+        if self.next_round > 0 or not self.local or self.local_states is None or not job:
+            return
+        saved = self.local_states.load_before(str(job), instruction.round)
+        if saved is None:
+            return  # it has not trained before this round: its initial local parameters are right
+        round_, state = saved
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name in self.local:
+                params[name].copy_(state[name])
+        logger.info(
+            "client '%s' rejoins at round %d with its local state of round %d",
+            self.client_id,
+            instruction.round,
+            round_,
+        )
+
+    def keep_local(self, instruction: Instruction) -> None:
+        """While the server checkpoints (its instructions name the job), keep this round's local parameters."""
+        job = instruction.config.get("job")
+        if not self.local or self.local_states is None or not job:
+            return
+        params = dict(self.model.named_parameters())
+        checkpointed = int(instruction.config.get("checkpointed", 0))
+        self.local_states.save(str(job), instruction.round, {n: params[n] for n in self.local}, checkpointed)
 
     def evaluate(self, instruction: Instruction) -> Update:
         """The broadcast model's mean validation loss on this organisation's held-out

@@ -38,7 +38,7 @@ class Engine(Protocol):
 
     def query(self, action: str, payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]: ...
 
-    def broadcast(self, instruction: Instruction) -> Replies: ...
+    def broadcast(self, instruction: Instruction, to: Sequence[str] | None = None) -> Replies: ...
 
 
 class InProcessEngine:
@@ -65,9 +65,11 @@ class InProcessEngine:
                 raise FederationError(f"stage '{action}': organisation '{name}' failed: {exc}") from exc
         return answers
 
-    def broadcast(self, instruction: Instruction) -> Replies:
+    def broadcast(self, instruction: Instruction, to: Sequence[str] | None = None) -> Replies:
+        """The instruction to every endpoint, or (client sampling) to those named in ``to``."""
         updates, failures = [], {}
-        for name, endpoint in self.endpoints.items():
+        chosen = self.endpoints if to is None else {n: e for n, e in self.endpoints.items() if n in set(to)}
+        for name, endpoint in chosen.items():
             try:
                 update = endpoint.handle(instruction)
                 updates.append(dataclasses.replace(update, client_id=name) if isinstance(update, Update) else update)

@@ -30,8 +30,10 @@ from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, Tr
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
 from fedtopic_pipelines.core.federated.engine import Engine, FederationError
+from fedtopic_pipelines.core.federated.local import client_sample, uses_weights
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.federated.site import PREPARE, VOCABULARY, resolve_device
+from fedtopic_pipelines.core.federated.strategies import FedOpt
 from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
@@ -46,6 +48,19 @@ class FederationResult:
     vocabulary: pd.DataFrame
     model: TrainedModel
     prepared: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def strategy_of(family, model, config: TrainConfig):
+    """The server's strategy: the family's own under FedSGD (its ``strategy``), FedAvg / FedOpt on
+    its shared weights under a weights rule (with the family's projection and checks, if any)."""
+    if not uses_weights(config):
+        return family.strategy(model, config)
+    own = getattr(family, "weights_strategy", None)
+    if own is not None:
+        return own(model, config)
+    return FedOpt(
+        model, config.aggregation, config.rule, shared=family.shared_names(model), metric_names=family.loss_names
+    )
 
 
 def stopping_rule(config: TrainConfig, steps_per_epoch: int, validate: bool) -> StoppingRule:
@@ -148,15 +163,27 @@ def run_federation(
     background = getattr(model, "set_background", None)
     if background is not None and "frequency" in vocabulary:
         background(vocabulary["frequency"].to_numpy(dtype="float64"))
+    scale = getattr(model, "set_data_scale", None)  # NMF: W's initial scale from the counts the server knows
+    if scale is not None and "frequency" in vocabulary:
+        scale(float(vocabulary["frequency"].sum()), sum(rows.values()))
+    weights = uses_weights(config)
+    if weights:  # a round is every sampled organisation's local epochs; an update weighs its documents
+        per_epoch, capacity = 1, dict(rows)
+    else:
+        per_epoch = family.steps_per_epoch(max(epoch.values()), config, ghosts)
+        capacity = {org: family.max_update_examples(n, config, ghosts) for org, n in rows.items()}
     server = FederatedServer(
-        family.strategy(model, config),
-        stopping_rule(config, family.steps_per_epoch(max(epoch.values()), config, ghosts), validate),
+        strategy_of(family, model, config),
+        stopping_rule(config, per_epoch, validate),
         name=name,
-        capacity={org: family.max_update_examples(n, config, ghosts) for org, n in rows.items()},
+        capacity=capacity,
         validation_capacity=held,
+        sample=client_sample(organisations, config.aggregation.client_fraction, config.seed),
     )
     checkpoints = Checkpoints(config, name, organisations, terms, prepared) if config.checkpoint_every else None
     if checkpoints is not None:
+        if weights:  # clients with local parameters keep copies of them under this job's name
+            server.context = {"job": checkpoints.path.stem, "checkpointed": 0}
         checkpoints.resume(server)
 
     def observe(server: FederatedServer) -> None:

@@ -11,10 +11,11 @@ usable update at all does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -31,9 +32,9 @@ VALIDATION_METRIC = "validation_loss"
 
 
 class Engine(Protocol):
-    """Moves one instruction to every client and brings back their replies."""
+    """Moves one instruction to every client (or to those named in ``to``) and brings back their replies."""
 
-    def broadcast(self, instruction: Instruction) -> Replies: ...
+    def broadcast(self, instruction: Instruction, to: Sequence[str] | None = None) -> Replies: ...
 
 
 class NoUsableUpdates(RuntimeError):
@@ -69,6 +70,7 @@ class RoundRecord:
     failed: dict[str, str] = field(default_factory=dict)
     validation_loss: float | None = None
     client_bytes: dict[str, int] = field(default_factory=dict)  # what each accepted update carried
+    sampled: list[str] = field(default_factory=list)  # the organisations asked this round (client sampling)
 
     @property
     def loss(self) -> float:
@@ -89,6 +91,10 @@ class FederatedServer:
     it declared when it prepared: its training documents, capped by the family's batch);
     ``validation_capacity`` likewise for validation replies. A client not in ``capacity``
     is unknown and its updates are rejected. ``None`` checks no counts (unit tests).
+    ``sample`` maps a round to the organisations asked to train in it (client sampling;
+    None: all of them); validation asks everyone. ``context`` is added to every training
+    instruction's config (the checkpoint's job and last saved round, for clients that keep
+    local state).
     """
 
     def __init__(
@@ -98,8 +104,11 @@ class FederatedServer:
         name: str = "federated",
         capacity: Mapping[str, int] | None = None,
         validation_capacity: Mapping[str, int] | None = None,
+        sample: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.strategy = strategy
+        self.sample = sample
+        self.context: dict[str, Any] = {}
         self.stopping = stopping
         self.name = name
         self.capacity = None if capacity is None else dict(capacity)
@@ -139,7 +148,11 @@ class FederatedServer:
 
     def run_round(self, engine: Engine, round_: int) -> RoundRecord:
         """One synchronous round; rejected or failed clients are logged and left out."""
-        replies = engine.broadcast(self.strategy.instruction(round_))
+        instruction = self.strategy.instruction(round_)
+        if self.context:
+            instruction = dataclasses.replace(instruction, config={**instruction.config, **self.context})
+        sampled = self.sample(round_) if self.sample is not None else None
+        replies = engine.broadcast(instruction) if sampled is None else engine.broadcast(instruction, to=sampled)
         accepted, rejected = self._screen(list(replies.updates), round_, self.strategy.validate, self.capacity)
         for client, reason in replies.failures.items():
             logger.warning("%s round %d: client '%s' failed: %s", self.name, round_, client, reason)
@@ -162,6 +175,7 @@ class FederatedServer:
             client_bytes={u.client_id: u.nbytes for u in accepted},
             rejected=rejected,
             failed=dict(replies.failures),
+            sampled=list(sampled or []),
         )
 
     def validate(self, engine: Engine, round_: int) -> float | None:

@@ -47,6 +47,7 @@ from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.family import ModelFamily
+from fedtopic_pipelines.core.federated.local import LocalEpochs, LocalStates, uses_weights
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 
 # Text processing (pandas, pyarrow, nltk: seconds of imports) is imported only by the stages
@@ -161,16 +162,34 @@ class Site:
         vocab_size: int,
         stream: int,
         ghosts: int | None = None,
+        state_dir: Path | None = None,
     ) -> FamilyClient:
         """The client of seed stream ``stream`` (an organisation's index): its seeds depend on
-        that number only, so both engines build the same client for the same organisation."""
+        that number only, so both engines build the same client for the same organisation.
+        Under a weights rule its "stream" is its local epochs; a family with parameters of its
+        own (NMF's H) draws them here, sized to its documents, and keeps copies of them in
+        ``state_dir`` while the server checkpoints."""
         device = resolve_device(config.device)
         # a family that reads the broadcast weights in place needs no table of its own until then
         create = getattr(family, "create_client_model", family.create_model)
         model = create(vocab_size, config, device)
-        batches = family.stream(prepared.train, config, derive_seed(config.seed, stream), device, ghosts)
+        seed = derive_seed(config.seed, stream)
+        if uses_weights(config):
+            batches: Any = LocalEpochs(family, prepared.train, config, seed, device, ghosts)
+        else:
+            batches = family.stream(prepared.train, config, seed, device, ghosts)
+        init_local = getattr(family, "init_local", None)
+        if init_local is not None:
+            init_local(model, prepared.train, config, derive_seed(config.seed, 6000, stream))
+        states = LocalStates(state_dir) if state_dir is not None and config.checkpoint_every else None
         return FamilyClient(
-            self.name, family, model, batches, prepared.validation, derive_seed(config.seed, 2000, stream)
+            self.name,
+            family,
+            model,
+            batches,
+            prepared.validation,
+            derive_seed(config.seed, 2000, stream),
+            local_states=states,
         )
 
 
@@ -246,8 +265,15 @@ class Endpoint:
         data, report = self.training_data(family, terms, payload)
         fingerprint = str(report.pop("data_fingerprint", None) or matrix_fingerprint([data]))
         prepared = self.site.prepare(family, data, config, int(payload["index"]))
-        self.client = self.site.client(family, prepared, config, len(terms), int(payload["index"]))
+        self.client = self.site.client(
+            family, prepared, config, len(terms), int(payload["index"]), state_dir=self.state_dir(config)
+        )
         return prepare_reply(family, prepared, fingerprint, report, config)
+
+    def state_dir(self, config: TrainConfig) -> Path | None:
+        """Where this organisation keeps its local parameters while the server checkpoints: in
+        process, beside the server's checkpoints (one folder per organisation)."""
+        return Path(config.checkpoint_dir) / "organisations" / self.name if config.checkpoint_dir else None
 
     def handle(self, instruction: Instruction) -> Update:
         if self.client is None:
@@ -314,7 +340,9 @@ class PooledEndpoint(Endpoint):
             family.concatenate([p.validation for p in parts]) if validate else None,
         )
         ghosts = len(parts)
-        self.client = self.site.client(family, prepared, config, len(terms), POOLED_STREAM, ghosts=ghosts)
+        self.client = self.site.client(
+            family, prepared, config, len(terms), POOLED_STREAM, ghosts=ghosts, state_dir=self.state_dir(config)
+        )
         return {
             **prepare_reply(family, prepared, matrix_fingerprint(list(self.organisations.values())), None, config),
             "ghosts": ghosts,
@@ -371,6 +399,10 @@ class FolderEndpoint(Endpoint):
 
     def documents(self) -> int:
         return len(read_raw(self.data_path))
+
+    def state_dir(self, config: TrainConfig) -> Path | None:
+        """A node keeps its local parameters in its own cache, never where the server writes."""
+        return self.cache_dir / "local-states"
 
     def fingerprint(self) -> list:
         """What the cached results depend on: every shard's name, size and modification time."""

@@ -102,19 +102,77 @@ def _seeded_linear_init(layer: nn.Linear, generator: torch.Generator) -> None:
             nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
 
 
+DEFAULT_MEAN = 0.01  # the initial scale's X mean when nothing says what it is
+
+
+@dataclass(frozen=True)
+class Inference:
+    """How the model gives documents their topic weights (:func:`infer_topics`): the training's
+    batch size, learning rate, MI weight and clip, ``epochs`` passes, from ``seed``."""
+
+    epochs: int = 50
+    batch_size: int = 64
+    lr: float = 0.05
+    mi_weight: float = 0.0
+    tau: float = TAU
+    seed: int = 0
+
+
 class NMFModel(nn.Module):
-    """The shared part of FedNMF+MI: W (V x k) and the critic theta (``critic``; absent when the
-    MI weight is 0, so plain NMF sends W alone). H lives outside, with the organisation."""
+    """FedNMF+MI's model: W (V x k) and the critic theta (``critic``; absent when the MI weight
+    is 0, so plain NMF sends W alone) are shared; H (``h``, one row per document) exists only
+    in an organisation's copy (:meth:`attach_documents`) and never leaves it."""
 
     def __init__(self, vocab_size: int, n_topics: int, with_critic: bool, x_mean: float, seed: int) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
+        self.seed = seed
         self.w = nn.Parameter(nmf_init(x_mean, (vocab_size, n_topics), generator, torch.float32))
         self.critic = SmileCritic(vocab_size, n_topics) if with_critic else None
         if self.critic is not None:  # nn.Linear's own initialisation, drawn from the seeded generator
             for layer in self.critic.modules():
                 if isinstance(layer, nn.Linear):
                     _seeded_linear_init(layer, generator)
+        self.register_parameter("h", None)
+        self.inference = Inference()
+
+    def doc_topic(self, bow: Any) -> torch.Tensor:
+        """Topic weights of documents (a scipy matrix or a dense or sparse tensor of counts) by
+        :func:`infer_topics` under :attr:`inference` (evaluation's ``TopicModel``)."""
+        if isinstance(bow, torch.Tensor):
+            bow = bow.to_dense().cpu().numpy() if bow.layout != torch.strided else bow.cpu().numpy()
+        i = self.inference
+        return infer_topics(self, bow, i.epochs, i.batch_size, i.lr, i.mi_weight, i.seed, i.tau)
+
+    def word_distribution(self, bow: Any) -> torch.Tensor:
+        raise ValueError("NMF is not a probabilistic model: it has no per-document word distribution (perplexity)")
+
+    @property
+    def n_topics(self) -> int:
+        return int(self.w.shape[1])
+
+    def set_data_scale(self, total_count: float, documents: int) -> None:
+        """Redraw W at scikit-learn's ``init='random'`` scale for a count matrix whose mean entry
+        is ``total_count / (documents V)`` (the consensus's summed counts over the documents
+        the organisations declared: what the server knows), from the same seed."""
+        if total_count <= 0 or documents <= 0:
+            return
+        x_mean = total_count / (documents * self.w.shape[0])
+        generator = torch.Generator().manual_seed(self.seed)
+        with torch.no_grad():
+            self.w.copy_(nmf_init(x_mean, tuple(self.w.shape), generator, self.w.dtype))
+
+    def attach_documents(self, rows: int, x_mean: float, seed: int) -> None:
+        """An organisation's H for its ``rows`` documents, at the initial scale of its own mean entry."""
+        generator = torch.Generator().manual_seed(seed)
+        self.h = nn.Parameter(nmf_init(x_mean, (rows, self.n_topics), generator, self.w.dtype).to(self.w.device))
+
+    @torch.no_grad()
+    def topic_word(self) -> torch.Tensor:
+        """The topics as rows (k x V): W's columns, each normalised to sum 1 (a topic with no
+        weight stays 0); their largest entries are the topic's top words."""
+        topics = self.w.detach().T
+        return topics / topics.sum(dim=1, keepdim=True).clamp_min(1e-30)
 
 
 def local_step(
@@ -125,28 +183,34 @@ def local_step(
     lr: float,
     mi_weight: float,
     tau: float = TAU,
+    shared: bool = True,
 ) -> NMFStepResult:
     """Algorithm 1's inner loop on one batch (``rows`` of the organisation's documents):
     W and H step down eq. 3 with the critic fixed, then the critic steps up eq. 2 with H
     fixed (sec. III: the estimator and the factorisation are learned separately); W and H
-    are projected onto the non-negative orthant. ``h`` is the organisation's H, updated in place."""
-    h_batch = h[rows].clone().requires_grad_(True)
-    model.w.grad = None
+    are projected onto the non-negative orthant. ``h`` is the organisation's H, updated in
+    place. With ``shared`` False only H moves (W and the critic fixed: inference)."""
+    h_batch = h[rows].detach().clone().requires_grad_(True)
+    with_mi = mi_weight > 0 and model.critic is not None and len(rows) >= 2
     recon = reconstruction(x, model.w, h_batch)
     loss = recon
     info = torch.zeros(())
-    if mi_weight > 0 and model.critic is not None:
+    if with_mi:
         for p in model.critic.parameters():
             p.requires_grad_(False)
         info = smile(model.critic, x, h_batch, tau)
         loss = recon - mi_weight * info
         for p in model.critic.parameters():
             p.requires_grad_(True)
-    w_grad, h_grad = torch.autograd.grad(loss, [model.w, h_batch])
+    if shared:
+        w_grad, h_grad = torch.autograd.grad(loss, [model.w, h_batch])
+    else:
+        (h_grad,) = torch.autograd.grad(loss, [h_batch])
     with torch.no_grad():
-        model.w.sub_(lr * w_grad).clamp_(min=0.0)
+        if shared:
+            model.w.sub_(lr * w_grad).clamp_(min=0.0)
         h[rows] = (h_batch - lr * h_grad).clamp_(min=0.0)
-    if mi_weight > 0 and model.critic is not None:
+    if shared and with_mi:
         estimate = smile(model.critic, x, h[rows].detach(), tau)
         grads = torch.autograd.grad(estimate, list(model.critic.parameters()))
         with torch.no_grad():
@@ -172,11 +236,12 @@ def local_epochs(
     mi_weight: float,
     generator: torch.Generator,
     tau: float = TAU,
+    shared: bool = True,
 ) -> list[NMFStepResult]:
     """ClientUpdate of Algorithm 1: ``epochs`` passes over the organisation's documents (the rows
     of ``matrix``) in shuffled batches of ``batch_size`` (a last batch of one document is
     merged into the previous one: the SMILE estimate needs two). Centralized NMF by SGD is the
-    same loop on the pooled matrix."""
+    same loop on the pooled matrix; with ``shared`` False it fits H alone (inference)."""
     n = matrix.shape[0]
     if n < 2:
         raise ValueError(f"NMF by SGD needs at least 2 documents, got {n}")
@@ -189,8 +254,33 @@ def local_epochs(
         for i, start in enumerate(starts):
             end = starts[i + 1] if i + 1 < len(starts) else n
             rows = order[start:end]
-            results.append(local_step(model, h, dense_rows(matrix, rows), rows, lr, mi_weight, tau))
+            x = dense_rows(matrix, rows, h.dtype)
+            results.append(local_step(model, h, x, rows, lr, mi_weight, tau, shared))
     return results
+
+
+def infer_topics(
+    model: NMFModel,
+    matrix: Any,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    mi_weight: float,
+    seed: int,
+    tau: float = TAU,
+) -> torch.Tensor:
+    """Topic weights of documents the model has no H for (evaluation, validation): H drawn at
+    the initial scale of their mean entry, then ``epochs`` passes of the training's projected
+    descent on eq. 3 with W and the critic fixed. The learned H of the training documents
+    never leaves its organisation; this gives any document its weights under the same
+    objective (with the MI term when the model has a critic)."""
+    n = matrix.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    mean = float(matrix.sum()) / max(1, n * matrix.shape[1])
+    h = nmf_init(mean, (n, model.n_topics), generator, model.w.dtype)
+    if n >= 2:
+        local_epochs(model, h, matrix, epochs, batch_size, lr, mi_weight, generator, tau, shared=False)
+    return h
 
 
 def mean_reconstruction(model: NMFModel, h: torch.Tensor, matrix: Any, batch_size: int = 4096) -> float:
