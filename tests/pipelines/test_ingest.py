@@ -305,3 +305,17 @@ def test_ingest_archives_partition_slice(tmp_path) -> None:
     assert report["dropped"] == {"partition_remainder": 2}
     assert report["documents_read"] == 23 == sum(sum(s.values()) for s in report["kept"].values()) + 2
     assert out["ingestion_metrics_mlflow"]["dropped.partition_remainder"][0]["value"] == 2
+
+
+@pytest.mark.parametrize("env", ["sms_spam", "rotten_tomatoes", "stackoverflow"])
+def test_the_short_text_environments_partition_ten_organisations_by_label_skew(env: str) -> None:
+    """Seed 004's corpora: every parameter block valid, no source names an organisation, alpha 1, K = 10."""
+    from fedtopic_pipelines.core.parameters import validate_parameters
+    from fedtopic_pipelines.flower.cli import project_parameters
+
+    params = project_parameters(env)
+    project = validate_parameters(params)
+    archives = project.blocks["ingest_archives"]
+    assert params["corpus"] == "archives" and len(project.organisations) == 10
+    assert archives.partition is not None and archives.partition.alpha == 1.0
+    assert all(source.organisation is None for source in archives.sources.values())
