@@ -280,3 +280,42 @@ def test_ingest_archives_slice(tmp_path) -> None:
         "words": 8,  # "Rocket news A rocket flew." and "Dup Same text"
     }
     assert out["ingestion_metrics_mlflow"]["kept_total"][0]["value"] == 7
+
+
+def test_ingest_archives_partition_slice(tmp_path) -> None:
+    """With 'partition', the organisations are drawn by label skew: equal sizes, and the report
+    holds alpha, seed, K, each organisation's label histogram and the remainder (counted as dropped)."""
+    from fedtopic_pipelines.pipelines import ingest_archives
+    from tests.core.ingest.test_archives import spam_wheel
+
+    orgs = ["x", "y", "z"]
+    params = {"sources": {"sms": spam_wheel(tmp_path)}, "partition": {"alpha": 0.5, "seed": 7}, "download": False}
+    out = run_slice(
+        ingest_archives.create_pipeline(orgs),
+        {"text_archives": tmp_path, "params:organisations": orgs, "params:ingest_archives": params},
+    )
+    assert [len(out[f"clients.{org}.raw_documents"]) for org in orgs] == [7, 7, 7]
+    report = out["ingestion_report_archives"]
+    partition = report["partition"]
+    assert (partition["alpha"], partition["seed"], partition["organisations"]) == (0.5, 7, 3)
+    assert {org: sum(h.values()) for org, h in partition["histogram"].items()} == {"x": 7, "y": 7, "z": 7}
+    for org in orgs:
+        labels = out[f"clients.{org}.raw_documents"]["label"]
+        assert partition["histogram"][org] == {label: int((labels == label).sum()) for label in ("ham", "spam")}
+    assert report["dropped"] == {"partition_remainder": 2}
+    assert report["documents_read"] == 23 == sum(sum(s.values()) for s in report["kept"].values()) + 2
+    assert out["ingestion_metrics_mlflow"]["dropped.partition_remainder"][0]["value"] == 2
+
+
+@pytest.mark.parametrize("env", ["sms_spam", "rotten_tomatoes", "stackoverflow"])
+def test_the_short_text_environments_partition_ten_organisations_by_label_skew(env: str) -> None:
+    """Seed 004's corpora: every parameter block valid, no source names an organisation, alpha 1, K = 10."""
+    from fedtopic_pipelines.core.parameters import validate_parameters
+    from fedtopic_pipelines.flower.cli import project_parameters
+
+    params = project_parameters(env)
+    project = validate_parameters(params)
+    archives = project.blocks["ingest_archives"]
+    assert params["corpus"] == "archives" and len(project.organisations) == 10
+    assert archives.partition is not None and archives.partition.alpha == 1.0
+    assert all(source.organisation is None for source in archives.sources.values())

