@@ -119,7 +119,8 @@ def register_pipelines() -> Mapping[str, Pipeline]:
 
     ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
     ``word2vec`` (seed 003) reads the chain's tokens and common vocabulary: run the chain
-    up to ``vocab_consensus`` first (``kedro run`` does).
+    up to ``vocab_consensus`` first (``kedro run`` does). ``fednmf`` (seed 004) runs the chain
+    up to ``vocab_consensus`` itself, then its sweep.
     """
     params = project_parameters()
     corpus = params.get("corpus", "demo")
@@ -151,6 +152,11 @@ def register_pipelines() -> Mapping[str, Pipeline]:
             "realdata": lambda: (
                 sum((pipelines[name] for name in DEFAULT_CHAIN[:4]), Pipeline([]))
                 + _module("realdata").create_pipeline(orgs)
+            ),
+            # FedNMF+MI (seed 004): the chain up to the common vocabulary, then the sweep
+            "fednmf": lambda: (
+                sum((pipelines[name] for name in DEFAULT_CHAIN[:3]), Pipeline([]))
+                + _module("fednmf").create_pipeline(orgs)
             ),
         }
     )

@@ -458,7 +458,7 @@ class NMFConfig(ConfigModel):
     n_topics: Annotated[int, Field(ge=2)] = 50
     mi_weight: NonNegativeFloat = 0.0
     tau: PositiveFloat = 5.0
-    inference_epochs: PositiveInt = 50
+    inference_epochs: PositiveInt = 5
 
 
 CONTEXTUAL_FAMILIES = ("combinedtm", "zeroshottm")  # families whose data carry sentence embeddings
@@ -743,6 +743,135 @@ class Word2VecRunConfig(ConfigModel):
             raise ValueError(
                 f"'word2vec.train.model.family' is {self.train.model.family!r}; "
                 f"this pipeline trains {list(WORD_FAMILIES)}"
+            )
+        return self
+
+
+# FedNMF+MI's experiments (seed 004 Tables III-IV, Figs. 2-4) ------------------------------
+FEDERATED_NMF_METHODS = (
+    "fedavg",
+    "fedavg_mi",
+    "fedadagrad",
+    "fedadagrad_mi",
+    "fedyogi",
+    "fedyogi_mi",
+    "fedadam",
+    "fedadam_mi",
+)
+FEDNMF_METHODS = ("lda", "nmf", "nmf_sgd", "nmf_sgd_mi", "fedlda", *FEDERATED_NMF_METHODS)  # Tables III-IV's rows
+FedNMFMethod = Literal[
+    "lda",
+    "nmf",
+    "nmf_sgd",
+    "nmf_sgd_mi",
+    "fedlda",
+    "fedavg",
+    "fedavg_mi",
+    "fedadagrad",
+    "fedadagrad_mi",
+    "fedyogi",
+    "fedyogi_mi",
+    "fedadam",
+    "fedadam_mi",
+]
+FederatedNMFMethod = Literal[
+    "fedavg", "fedavg_mi", "fedadagrad", "fedadagrad_mi", "fedyogi", "fedyogi_mi", "fedadam", "fedadam_mi"
+]
+TopicCount = Annotated[int, Field(ge=2)]
+
+
+class LDABaselineConfig(ConfigModel):
+    """gensim ``LdaModel`` for the LDA and FedLDA rows: batch passes (one M-step per pass)."""
+
+    block: ClassVar[str] = "fednmf.lda"
+
+    passes: PositiveInt = 10
+    iterations: PositiveInt = 50
+    chunksize: PositiveInt = 2000
+
+
+class FedNMFEvaluateConfig(ConfigModel):
+    """How every model of the sweep is scored (seed 004 sec. IV-B).
+
+    ``top_words`` per topic for the word-embedding coherence (eq. 4, over ``word_vectors``)
+    and the pooled NPMI; a linear SVM (``svm_c``) on the documents' topic weights with a
+    stratified ``svm_test_size`` split for macro-F1 and accuracy, over at most
+    ``max_documents`` documents (a seeded sample; null: all). ``curve_topics``: the number of
+    topics whose federated runs are also scored ``curve_points`` times during training
+    against the bytes communicated (Fig. 3; null: no curve).
+    """
+
+    block: ClassVar[str] = "fednmf.evaluate"
+
+    top_words: TopicCount = 10
+    word_vectors: Annotated[str, Field(min_length=1)] = "glove-6b-50d"
+    svm_test_size: OpenFraction = 0.2
+    svm_c: PositiveFloat = 1.0
+    max_documents: PositiveInt | None = None
+    curve_topics: TopicCount | None = 100
+    curve_points: PositiveInt = 5
+
+
+class HeterogeneityConfig(ConfigModel):
+    """Fig. 4: ``methods`` at ``topics`` topics on the pooled training documents partitioned again
+    into K organisations of ``clients`` with Dirichlet(alpha p) label skew for each of
+    ``alphas`` (the other setting at the main run's: alpha 1, K the organisations). Empty
+    lists skip the sweep."""
+
+    block: ClassVar[str] = "fednmf.heterogeneity"
+
+    alphas: tuple[PositiveFloat, ...] = (0.1, 1.0, 10.0)
+    clients: tuple[Annotated[int, Field(ge=2)], ...] = (10, 30, 50)
+    methods: tuple[FederatedNMFMethod, ...] = ("fedavg", "fedavg_mi", "fedadam", "fedadam_mi")
+    topics: TopicCount = 100
+
+
+def _default_nmf_train() -> TrainConfig:
+    return TrainConfig(
+        model=NMFConfig(),
+        optimizer=OptimizerConfig(name="sgd", lr=0.05),
+        aggregation=AggregationConfig(client_fraction=0.2, local_epochs=5),
+        batch_size=64,
+        max_steps=50,
+    )
+
+
+class FedNMFRunConfig(ConfigModel):
+    """The ``fednmf`` block: seed 004's comparison of ``methods`` at each of ``topics`` on the
+    current corpus's organisations (docs/fednmf.md).
+
+    ``train`` is the federated runs' block (family nmf; its ``aggregation`` gives C, E and the
+    server's settings, each method its rule); ``mi_weight`` is lambda of the ``*_mi`` methods
+    (the others: 0). The centralized NMF by SGD trains ``centralized_rounds`` rounds of
+    ``local_epochs`` epochs over the pooled documents (null: round(rounds x C), as many passes
+    over the data as a federated run makes). ``sklearn_max_iter``: scikit-learn ``NMF``'s
+    coordinate descent; ``lda``: gensim's LDA for the LDA and FedLDA rows.
+    """
+
+    block: ClassVar[str] = "fednmf"
+
+    topics: Annotated[tuple[TopicCount, ...], Field(min_length=1)] = (50, 100, 200)
+    methods: Annotated[tuple[FedNMFMethod, ...], Field(min_length=1)] = FEDNMF_METHODS
+    mi_weight: PositiveFloat = 0.1
+    train: TrainConfig = Field(default_factory=_default_nmf_train)
+    centralized_rounds: PositiveInt | None = None
+    sklearn_max_iter: PositiveInt = 200
+    lda: LDABaselineConfig = Field(default_factory=LDABaselineConfig)
+    evaluate: FedNMFEvaluateConfig = Field(default_factory=FedNMFEvaluateConfig)
+    heterogeneity: HeterogeneityConfig = Field(default_factory=HeterogeneityConfig)
+    seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.train.model.family != "nmf":
+            raise ValueError(f"'fednmf.train.model.family' is {self.train.model.family!r}; this pipeline trains 'nmf'")
+        for name, values in (("topics", self.topics), ("methods", self.methods)):
+            if len(set(values)) != len(values):
+                raise ValueError(f"'fednmf.{name}' repeats a value: {list(values)}")
+        curve = self.evaluate.curve_topics
+        if curve is not None and curve not in self.topics:
+            raise ValueError(
+                f"'fednmf.evaluate.curve_topics' is {curve}, not one of 'fednmf.topics' {list(self.topics)}"
             )
         return self
 

@@ -17,6 +17,7 @@ from fedtopic_pipelines.core.config import (
     ConfigModel,
     ConsensusConfig,
     EvaluateConfig,
+    FedNMFRunConfig,
     IngestArchivesConfig,
     IngestDemoConfig,
     IngestS2orcConfig,
@@ -43,6 +44,7 @@ BLOCKS: dict[str, type[ConfigModel]] = {
     "evaluate": EvaluateConfig,
     "realdata": RealDataConfig,
     "word2vec": Word2VecRunConfig,
+    "fednmf": FedNMFRunConfig,
 }
 SCALARS = ("corpus", "organisations")
 SYNTHETIC = "synthetic"

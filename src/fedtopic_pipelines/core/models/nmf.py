@@ -269,16 +269,34 @@ def infer_topics(
     seed: int,
     tau: float = TAU,
 ) -> torch.Tensor:
-    """Topic weights of documents the model has no H for (evaluation, validation): H drawn at
-    the initial scale of their mean entry, then ``epochs`` passes of the training's projected
-    descent on eq. 3 with W and the critic fixed. The learned H of the training documents
-    never leaves its organisation; this gives any document its weights under the same
-    objective (with the MI term when the model has a critic)."""
-    n = matrix.shape[0]
-    generator = torch.Generator().manual_seed(seed)
-    mean = float(matrix.sum()) / max(1, n * matrix.shape[1])
-    h = nmf_init(mean, (n, model.n_topics), generator, model.w.dtype)
-    if n >= 2:
+    """Topic weights of documents under the trained model (evaluation, validation): eq. 3 with W
+    and the critic fixed. Its least-squares part is a non-negative least-squares problem per
+    document, solved by scikit-learn's coordinate descent (``non_negative_factorization`` with
+    W fixed); with an MI weight, ``epochs`` passes of the training's projected descent on the
+    whole of eq. 3 follow from there. The learned H of the training documents never leaves its
+    organisation; this gives any document its weights under the objective it was trained with."""
+    from sklearn.decomposition import non_negative_factorization
+
+    n, k = matrix.shape[0], model.n_topics
+    if n == 0:
+        return torch.zeros((0, k), dtype=model.w.dtype)
+    components = np.ascontiguousarray(model.w.detach().cpu().double().numpy().T)
+    if not components.any():  # every topic empty: nothing explains any word
+        return torch.zeros((n, k), dtype=model.w.dtype)
+    weights, _, _ = non_negative_factorization(
+        matrix.astype(np.float64),
+        H=components,
+        n_components=k,
+        init="custom",
+        update_H=False,
+        solver="cd",
+        max_iter=400,
+        tol=1e-5,
+        random_state=seed,
+    )
+    h = torch.from_numpy(np.ascontiguousarray(weights)).to(model.w.dtype)
+    if mi_weight > 0 and model.critic is not None and n >= 2 and epochs > 0:
+        generator = torch.Generator().manual_seed(seed)
         local_epochs(model, h, matrix, epochs, batch_size, lr, mi_weight, generator, tau, shared=False)
     return h
 

@@ -1,0 +1,364 @@
+"""Seed 004's experiments: FedNMF+MI against NMF, LDA and FedLDA on one corpus's organisations.
+
+Every method of ``fednmf.methods`` is trained at every number of topics of ``fednmf.topics``
+on the organisations' training documents and scored as the paper scores it (sec. IV-B):
+word-embedding coherence of each topic's top words (eq. 4), and a linear SVM's macro-F1
+and accuracy on the documents' topic weights (a stratified 80/20 split of every
+organisation's documents pooled, as the paper "aggregates the topic weight vectors of all
+documents"). The pooled NPMI of the same top words is added by the pipeline from the
+organisations' co-occurrence counts (``core/metrics/coherence.py``).
+
+The methods (Tables III-IV's rows):
+
+* ``lda``: gensim ``LdaModel`` on the pooled documents (batch passes); ``fedlda``: the same
+  model trained by gensim's distributed scheme, each organisation's E-step and the summed
+  statistics (``core/models/fedlda.py``), equal to ``lda`` on the concatenated documents;
+* ``nmf``: scikit-learn's ``NMF`` (coordinate descent) on the pooled documents;
+* ``nmf_sgd`` / ``nmf_sgd_mi``: NMF by projected SGD on the pooled documents (one trusted
+  server holding them all: the centralized scenario of the engine);
+* ``fed<rule>`` / ``fed<rule>_mi``: FedNMF(+MI) with FedAvg / FedAdagrad / FedYogi / FedAdam,
+  client fraction C and local epochs E of ``fednmf.train.aggregation``.
+
+A topic model's document weights: NMF's from the trained W (and critic) by
+``NMFModel.doc_topic``; scikit-learn's ``transform``; LDA's normalised variational gammas.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from tqdm.auto import tqdm
+
+from fedtopic_pipelines.core.config import FedNMFRunConfig, TrainConfig
+from fedtopic_pipelines.core.federated.batching import derive_seed
+from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.federation import run_federation
+from fedtopic_pipelines.core.federated.server import FederatedServer
+from fedtopic_pipelines.core.federated.site import MemoryEndpoint, PooledEndpoint
+from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
+from fedtopic_pipelines.core.metrics.classification import svm_scores
+from fedtopic_pipelines.core.metrics.topics import top_words
+from fedtopic_pipelines.core.metrics.we_coherence import we_coherence
+from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+
+logger = logging.getLogger(__name__)
+
+POOLED = "server"
+RULES = ("fedavg", "fedadagrad", "fedyogi", "fedadam")
+
+
+def rule_of(method: str) -> str | None:
+    """The weights rule of a federated NMF method (``fedyogi_mi`` -> ``fedyogi``), else None."""
+    base = method.removesuffix("_mi")
+    return base if base in RULES else None
+
+
+def method_config(run: FedNMFRunConfig, method: str, topics: int) -> TrainConfig:
+    """The training block of one NMF method at ``topics`` topics: its rule, its MI weight; the
+    centralized ones one pooled client for ``centralized_rounds`` rounds."""
+    train = run.train
+    mi = run.mi_weight if method.endswith("_mi") else 0.0
+    model = train.model.replace(n_topics=topics, mi_weight=mi)
+    rule = rule_of(method)
+    if rule is not None:
+        return train.replace(model=model, aggregation=train.aggregation.replace(rule=rule))
+    rounds = run.centralized_rounds or max(1, round(train.max_steps * train.aggregation.client_fraction))
+    aggregation = train.aggregation.replace(rule="fedavg", client_fraction=1.0)
+    return train.replace(model=model, aggregation=aggregation, max_steps=rounds, max_epochs=None)
+
+
+@dataclass
+class Evaluation:
+    """The documents every model is scored on: their counts and labels (all organisations'
+    documents, or a seeded sample of ``max_documents``)."""
+
+    matrix: sp.csr_matrix
+    labels: np.ndarray
+
+    @classmethod
+    def of(cls, organisations: Mapping[str, BowCorpus], max_documents: int | None, seed: int) -> Evaluation:
+        matrix = sp.vstack([bow.matrix for bow in organisations.values()]).tocsr()
+        labels = np.concatenate([np.asarray(bow.labels, dtype=object) for bow in organisations.values()])
+        labels = np.array(["" if label is None else str(label) for label in labels], dtype=object)
+        if max_documents is not None and matrix.shape[0] > max_documents:
+            keep = np.sort(np.random.default_rng(derive_seed(seed, 8000)).choice(matrix.shape[0], max_documents, False))
+            matrix, labels = matrix[keep], labels[keep]
+        return cls(matrix.astype(np.float32), labels)
+
+
+@dataclass
+class MethodResult:
+    """One method at one number of topics: its topics, scores and cost."""
+
+    method: str
+    topics: int
+    topic_word: np.ndarray  # k x V
+    scores: dict[str, float | None]
+    seconds: float
+    rounds: int
+    bytes: float  # bytes uploaded and downloaded in all (0 for a centralized method)
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "topics": self.topics,
+            **self.scores,
+            "seconds": self.seconds,
+            "rounds": self.rounds,
+            "bytes": self.bytes,
+        }
+
+
+def score(
+    topic_word: np.ndarray,
+    doc_topics: np.ndarray,
+    labels: np.ndarray,
+    terms: list[str],
+    vectors: Any,
+    run: FedNMFRunConfig,
+) -> dict[str, float | None]:
+    """Eq. 4's coherence of the top words (with its coverage) and the SVM's macro-F1 and accuracy."""
+    config = run.evaluate
+    words = top_words(topic_word, terms, config.top_words)
+    coherence = we_coherence(words, vectors)
+    svm = svm_scores(doc_topics, labels, config.svm_test_size, config.svm_c, run.seed)
+    return {
+        "we_coherence": None if math.isnan(coherence.mean) else coherence.mean,
+        "we_coverage": coherence.coverage,
+        "we_undefined_topics": float(coherence.undefined_topics),
+        "macro_f1": None if svm is None else svm["macro_f1"],
+        "accuracy": None if svm is None else svm["accuracy"],
+    }
+
+
+def _model_bytes(state: Mapping[str, Any]) -> int:
+    return sum(int(t.numel()) * t.element_size() for t in state.values())
+
+
+def _communicated(history: list, model_bytes: int, organisations: int) -> list[float]:
+    """Cumulative bytes after each round: the updates sent plus the weights broadcast to the
+    organisations asked (all of them without client sampling)."""
+    total, out = 0.0, []
+    for record in history:
+        asked = len(record.sampled) or organisations
+        total += sum(record.client_bytes.values()) + asked * model_bytes
+        out.append(total)
+    return out
+
+
+def train_nmf(
+    method: str,
+    run: FedNMFRunConfig,
+    topics: int,
+    train: Mapping[str, sp.csr_matrix],
+    vocabulary: pd.DataFrame,
+    evaluation: Evaluation | None = None,
+    progress: bool = True,
+) -> tuple[Any, dict[str, Any]]:
+    """One NMF-by-SGD method through the engine: the global model (with its inference settings),
+    and its rounds, bytes and (with ``evaluation``, federated methods) its curve of F1 and
+    accuracy against the bytes communicated so far."""
+    config = method_config(run, method, topics)
+    orgs = list(train)
+    federated = rule_of(method) is not None
+    if federated:
+        endpoints: list[Any] = [MemoryEndpoint(org, m) for org, m in train.items()]
+    else:
+        endpoints = [PooledEndpoint(POOLED, dict(train))]
+    names = [e.name for e in endpoints]
+    curve: list[dict[str, float]] = []
+    observe: Callable[[FederatedServer], None] | None = None
+    if evaluation is not None and federated:
+        points = max(1, run.evaluate.curve_points)
+        marks = {max(1, round(config.max_steps * (i + 1) / points)) for i in range(points)}
+
+        def observe(server: FederatedServer) -> None:
+            if server.next_round not in marks:
+                return
+            model = server.strategy.model
+            h = model.doc_topic(evaluation.matrix).numpy()
+            scores = svm_scores(h, evaluation.labels, run.evaluate.svm_test_size, run.evaluate.svm_c, run.seed)
+            sent = _communicated(server.history, _model_bytes(dict(model.named_parameters())), len(orgs))[-1]
+            curve.append(
+                {
+                    "round": float(server.next_round),
+                    "bytes": sent,
+                    "macro_f1": math.nan if scores is None else scores["macro_f1"],
+                    "accuracy": math.nan if scores is None else scores["accuracy"],
+                }
+            )
+
+    result = run_federation(
+        InProcessEngine(endpoints),
+        names,
+        config,
+        vocabulary=vocabulary,
+        name=f"{method}-{topics}",
+        scenario="federated" if federated else "centralized",
+        trained_on=orgs,
+        ghosts=None if federated else len(orgs),
+        progress=progress,
+        on_round_end=observe,
+    )
+    model = result.model.to_model()
+    shared = {k: v for k, v in result.model.state.items() if k != "h"}
+    sent = _communicated(result.model.history, _model_bytes(shared), len(orgs)) if federated else [0.0]
+    return model, {"rounds": len(result.model.history), "bytes": sent[-1], "curve": curve}
+
+
+def _gensim_corpus(matrix: sp.csr_matrix) -> list[list[tuple[int, float]]]:
+    matrix = matrix.tocsr()
+    return [
+        list(zip(matrix.indices[a:b].tolist(), matrix.data[a:b].tolist(), strict=True))
+        for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
+    ]
+
+
+def train_lda(
+    method: str, run: FedNMFRunConfig, topics: int, train: Mapping[str, sp.csr_matrix], terms: list[str]
+) -> tuple[Any, dict[str, Any]]:
+    """LDA on the pooled documents, or FedLDA (gensim's E-step at each organisation, summed
+    statistics, gensim's M-step); the bytes are the statistics sent and the topics broadcast."""
+    from fedtopic_pipelines.core.models.fedlda import federated_lda
+
+    id2word = dict(enumerate(terms))
+    if method == "lda":
+        corpora = {POOLED: _gensim_corpus(sp.vstack(list(train.values())).tocsr())}
+    else:
+        corpora = {org: _gensim_corpus(m) for org, m in train.items()}
+    lda = run.lda
+    model, history = federated_lda(
+        corpora, id2word, topics, lda.passes, run.seed, lda.chunksize, lda.iterations, progress=False
+    )
+    sent = 0.0
+    if method == "fedlda":
+        broadcast = int(model.state.sstats.nbytes)
+        sent = float(sum(sum(h["bytes"].values()) + broadcast * len(corpora) for h in history))
+    return model, {"rounds": lda.passes, "bytes": sent, "curve": []}
+
+
+def lda_topics(model: Any, matrix: sp.csr_matrix) -> np.ndarray:
+    """Documents' topic proportions: gensim's variational gammas, normalised."""
+    gamma, _ = model.inference(_gensim_corpus(matrix))
+    return gamma / np.maximum(gamma.sum(axis=1, keepdims=True), 1e-30)
+
+
+def train_sklearn(run: FedNMFRunConfig, topics: int, train: Mapping[str, sp.csr_matrix]) -> tuple[Any, dict[str, Any]]:
+    """scikit-learn's ``NMF`` (coordinate descent, Frobenius loss) on the pooled documents."""
+    from sklearn.decomposition import NMF
+
+    pooled = sp.vstack(list(train.values())).tocsr().astype(np.float64)
+    model = NMF(n_components=topics, init="nndsvda", solver="cd", max_iter=run.sklearn_max_iter, random_state=run.seed)
+    model.fit(pooled)
+    return model, {"rounds": int(model.n_iter_), "bytes": 0.0, "curve": []}
+
+
+def run_method(
+    method: str,
+    run: FedNMFRunConfig,
+    topics: int,
+    train: Mapping[str, sp.csr_matrix],
+    vocabulary: pd.DataFrame,
+    evaluation: Evaluation,
+    vectors: Any,
+    curve: bool = False,
+    progress: bool = True,
+) -> MethodResult:
+    """Train ``method`` at ``topics`` topics on ``train`` (organisation -> training counts) and score it."""
+    terms = vocabulary["term"].tolist()
+    start = time.perf_counter()
+    if method in ("lda", "fedlda"):
+        model, facts = train_lda(method, run, topics, train, terms)
+        seconds = time.perf_counter() - start
+        topic_word = model.get_topics()
+        doc_topics = lda_topics(model, evaluation.matrix)
+    elif method == "nmf":
+        model, facts = train_sklearn(run, topics, train)
+        seconds = time.perf_counter() - start
+        topic_word = model.components_
+        doc_topics = model.transform(evaluation.matrix.astype(np.float64))
+    else:
+        model, facts = train_nmf(method, run, topics, train, vocabulary, evaluation if curve else None, progress)
+        seconds = time.perf_counter() - start
+        topic_word = model.topic_word().numpy()
+        doc_topics = model.doc_topic(evaluation.matrix).numpy()
+    scores = score(topic_word, doc_topics, evaluation.labels, terms, vectors, run)
+    logger.info(
+        "fednmf %s, %d topics: macro-F1 %s, accuracy %s, WE coherence %s (%.1f s, %d rounds)",
+        method,
+        topics,
+        _fmt(scores["macro_f1"]),
+        _fmt(scores["accuracy"]),
+        _fmt(scores["we_coherence"]),
+        seconds,
+        facts["rounds"],
+    )
+    return MethodResult(
+        method, topics, np.asarray(topic_word), scores, seconds, facts["rounds"], facts["bytes"], facts["curve"]
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def run_sweep(
+    run: FedNMFRunConfig,
+    organisations: Mapping[str, BowCorpus],
+    vocabulary: pd.DataFrame,
+    vectors: Any,
+    progress: bool = True,
+) -> list[MethodResult]:
+    """Every method at every number of topics on the organisations' training documents, scored on
+    all their documents (Tables III-IV, Fig. 2, and Fig. 3's curves at ``curve_topics``)."""
+    train = {org: bow.subset("train").matrix for org, bow in organisations.items()}
+    evaluation = Evaluation.of(organisations, run.evaluate.max_documents, run.seed)
+    settings = [(k, m) for k in run.topics for m in run.methods]
+    results = []
+    for topics, method in tqdm(settings, desc="fednmf sweep", disable=not progress):
+        curve = topics == run.evaluate.curve_topics and rule_of(method) is not None
+        results.append(run_method(method, run, topics, train, vocabulary, evaluation, vectors, curve, progress))
+    return results
+
+
+def run_heterogeneity(
+    run: FedNMFRunConfig,
+    organisations: Mapping[str, BowCorpus],
+    vocabulary: pd.DataFrame,
+    vectors: Any,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Fig. 4: the pooled training documents partitioned again into K organisations with label
+    skew alpha (one setting varied at a time, the other at alpha 1 and the corpus's K), and
+    ``heterogeneity.methods`` trained on them, scored as the main sweep."""
+    config = run.heterogeneity
+    if not config.alphas or not config.clients or not config.methods:
+        return []
+    train = [bow.subset("train") for bow in organisations.values()]
+    pooled = sp.vstack([b.matrix for b in train]).tocsr()
+    labels = np.concatenate([np.asarray(b.labels, dtype=object) for b in train])
+    evaluation = Evaluation.of(organisations, run.evaluate.max_documents, run.seed)
+    base_k = len(organisations)
+    settings = [(a, base_k) for a in config.alphas] + [
+        (1.0, k) for k in config.clients if k != base_k or 1.0 not in config.alphas
+    ]
+    rows = []
+    for alpha, k in tqdm(sorted(set(settings)), desc="fednmf heterogeneity", disable=not progress):
+        names = [f"client{i}" for i in range(k)]
+        split = dirichlet_label_partition(
+            list(labels), names, alpha, derive_seed(run.seed, 9000), f"fednmf alpha {alpha}, K {k}"
+        )
+        parts = {name: pooled[split.assignment == i] for i, name in enumerate(names)}
+        for method in config.methods:
+            result = run_method(method, run, config.topics, parts, vocabulary, evaluation, vectors, False, progress)
+            rows.append({"alpha": alpha, "clients": k, **result.row()})
+    return rows

@@ -1,0 +1,269 @@
+"""Nodes of ``fednmf`` (seed 004): the sweep, the organisations' counts, the paper's tables and figures.
+
+The sweep node trains every method at every number of topics through the core experiment
+(``core/fednmf_experiment.py``): the federated methods through the engine with one
+endpoint per organisation, the centralized ones on the pooled documents, as the train
+node does (it holds every organisation's bag of words because it simulates them). Each
+organisation then counts the co-occurrences of the models' top words in its own texts;
+only those counts cross, and their sum gives every model's pooled NPMI.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from fedtopic_pipelines.core.config import FEDERATED_NMF_METHODS, FedNMFRunConfig, from_mapping
+from fedtopic_pipelines.core.fednmf_experiment import rule_of, run_heterogeneity, run_sweep
+from fedtopic_pipelines.core.ingest.common import as_frame
+from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
+from fedtopic_pipelines.core.metrics.amwmd import load_word_vectors
+from fedtopic_pipelines.core.metrics.coherence import (
+    CoherenceCandidates,
+    coherence_by_model,
+    context_of,
+    count_cooccurrences,
+    counts_from_dict,
+    counts_to_dict,
+    sum_counts,
+)
+from fedtopic_pipelines.core.metrics.topics import top_words
+from fedtopic_pipelines.core.training import compute_threads
+from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+
+logger = logging.getLogger(__name__)
+
+NPMI = "c_npmi"
+COLOURS = {"fedavg": "tab:red", "fedadagrad": "tab:blue", "fedadam": "tab:green", "fedyogi": "tab:purple"}
+
+
+def _model_key(method: str, topics: int) -> str:
+    return f"{method}-{topics}"
+
+
+def run_fednmf(
+    params: dict[str, Any], organisations: list[str], common_vocabulary: pd.DataFrame, **bows: BowCorpus
+) -> dict[str, Any]:
+    """Every method of ``fednmf.methods`` at every number of ``fednmf.topics`` (Tables III-IV, Fig. 2
+    and Fig. 3's curves) and the heterogeneity sweep (Fig. 4), scored by WE coherence and the
+    SVM; returns the rows, each model's top words (the candidates the organisations count)
+    and the curves, as JSON."""
+    run = from_mapping(FedNMFRunConfig, params, "fednmf")
+    terms = common_vocabulary["term"].tolist()
+    require_same(
+        "vocabulary",
+        vocabulary_fingerprint(terms),
+        {f"clients.{org}.bow": bows[org].vocabulary for org in organisations},
+        "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
+        built_from="vectorised with",
+    )
+    data = {org: bows[org] for org in organisations}
+    vectors = load_word_vectors(run.evaluate.word_vectors)
+    with compute_threads(run.train.threads):
+        results = run_sweep(run, data, common_vocabulary, vectors)
+        heterogeneity = run_heterogeneity(run, data, common_vocabulary, vectors)
+    top = {_model_key(r.method, r.topics): top_words(r.topic_word, terms, run.evaluate.top_words) for r in results}
+    candidates = CoherenceCandidates.from_topics(t for topics in top.values() for t in topics)
+    return {
+        "organisations": list(organisations),
+        "documents": {org: len(bow) for org, bow in data.items()},
+        "vocabulary_size": len(terms),
+        "settings": run.to_params(),
+        "results": [{**r.row(), "top_words": top[_model_key(r.method, r.topics)]} for r in results],
+        "curves": [{"method": r.method, "topics": r.topics, **point} for r in results for point in r.curve],
+        "heterogeneity": heterogeneity,
+        "candidates": candidates.to_dict(),
+    }
+
+
+def count_top_words(tokens: Any, sweep: dict[str, Any]) -> dict[str, Any]:
+    """Inside an organisation: the co-occurrences of the sweep's candidate words in its own texts
+    (only these counts leave it; their sum over organisations is the pooled corpus's)."""
+    frame = as_frame(tokens)
+    texts = [t.split() for t in frame["tokens"]]
+    candidates = CoherenceCandidates.from_dict(sweep["candidates"])
+    return counts_to_dict(count_cooccurrences(texts, candidates, [context_of(NPMI)]))
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def summarise_fednmf(
+    sweep: dict[str, Any], organisations: list[str], params: dict[str, Any], **counts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, pd.DataFrame], dict[str, plt.Figure], dict[str, Any]]:
+    """The pooled NPMI of every model from the summed counts, then the paper's layout: Table III
+    (coherence) and Table IV (macro-F1, accuracy) averaged over the numbers of topics, Fig. 2
+    (accuracy against topics), Fig. 3 (F1 against bytes), Fig. 4 (accuracy against alpha and K),
+    the paper's claims checked on our numbers, and one nested MLflow run per model."""
+    run = from_mapping(FedNMFRunConfig, params, "fednmf")
+    candidates = CoherenceCandidates.from_dict(sweep["candidates"])
+    pooled = sum_counts(counts_from_dict(counts[org], candidates) for org in organisations)
+    topics = {_model_key(r["method"], r["topics"]): r["top_words"] for r in sweep["results"]}
+    npmi = coherence_by_model(topics, candidates, pooled, NPMI)
+    rows = []
+    for r in sweep["results"]:
+        result = npmi[_model_key(r["method"], r["topics"])]
+        rows.append({**{k: v for k, v in r.items() if k != "top_words"}, "npmi": result.mean})
+    runs = pd.DataFrame(rows)
+    methods = list(dict.fromkeys(runs["method"]))
+    summary = pd.DataFrame(
+        [
+            {
+                "method": m,
+                **{
+                    key: _mean(runs.loc[runs["method"] == m, key].tolist())
+                    for key in ("we_coherence", "npmi", "macro_f1", "accuracy", "seconds", "bytes")
+                },
+            }
+            for m in methods
+        ]
+    )
+    tables = {
+        "runs": runs,
+        "table3_coherence": summary[["method", "we_coherence", "npmi"]],
+        "table4_classification": summary[["method", "macro_f1", "accuracy"]],
+        "curves": pd.DataFrame(sweep["curves"]),
+        "heterogeneity": pd.DataFrame(sweep["heterogeneity"]),
+    }
+    figures = {"fig2_accuracy_vs_topics": _figure_topics(runs)}
+    if sweep["curves"]:
+        figures["fig3_f1_vs_bytes"] = _figure_bytes(tables["curves"])
+    if sweep["heterogeneity"]:
+        figures["fig4_heterogeneity"] = _figure_heterogeneity(tables["heterogeneity"], len(organisations))
+    by_method = {row["method"]: row for row in summary.to_dict("records")}
+    metrics = {
+        "organisations": organisations,
+        "topics": list(run.topics),
+        "table3": {m: {"we_coherence": r["we_coherence"], "npmi": r["npmi"]} for m, r in by_method.items()},
+        "table4": {m: {"macro_f1": r["macro_f1"], "accuracy": r["accuracy"]} for m, r in by_method.items()},
+        "claims": _claims(by_method, tables["heterogeneity"]),
+    }
+    for name, claim in metrics["claims"].items():
+        logger.info("fednmf claim %s: %s", name, claim)
+    mlflow = {
+        "runs": [
+            {
+                "name": _model_key(r["method"], r["topics"]),
+                "params": {"method": r["method"], "topics": r["topics"], "rule": rule_of(r["method"]) or "centralized"},
+                "metrics": {
+                    k: float(r[k])
+                    for k in ("we_coherence", "npmi", "macro_f1", "accuracy", "seconds", "bytes", "rounds")
+                    if r.get(k) is not None and math.isfinite(float(r[k]))
+                },
+            }
+            for r in rows
+        ],
+        "artifacts": {f"fednmf/{name}.csv": table for name, table in tables.items() if len(table)},
+        "figures": {f"fednmf/{name}.png": figure for name, figure in figures.items()},
+    }
+    return metrics, tables, figures, mlflow
+
+
+def _claims(by_method: Mapping[str, Mapping[str, Any]], heterogeneity: pd.DataFrame) -> dict[str, Any]:
+    """Seed 004's three claims (sec. IV-E), each with the numbers it was judged on (None: not run)."""
+
+    def f1(method: str) -> float | None:
+        return by_method.get(method, {}).get("macro_f1")
+
+    claims: dict[str, Any] = {}
+    if f1("nmf_sgd") is not None and f1("nmf_sgd_mi") is not None:
+        claims["mi_improves_centralized_f1"] = {
+            "holds": f1("nmf_sgd_mi") > f1("nmf_sgd"),
+            "nmf_sgd": f1("nmf_sgd"),
+            "nmf_sgd_mi": f1("nmf_sgd_mi"),
+        }
+    pairs = [(m, f"{m}_mi") for m in ("fedavg", "fedadagrad", "fedyogi", "fedadam")]
+    judged = {m: (f1(m), f1(mi)) for m, mi in pairs if f1(m) is not None and f1(mi) is not None}
+    if judged:
+        claims["mi_improves_federated_f1"] = {
+            "holds_for": [m for m, (a, b) in judged.items() if b > a],
+            "fails_for": [m for m, (a, b) in judged.items() if b <= a],
+            "f1": {m: {"without": a, "with_mi": b} for m, (a, b) in judged.items()},
+        }
+    fed_mi = {m: f1(m) for m in FEDERATED_NMF_METHODS if m.endswith("_mi") and f1(m) is not None}
+    if f1("fedlda") is not None and fed_mi:
+        claims["fednmf_mi_beats_fedlda"] = {
+            "holds_for": [m for m, v in fed_mi.items() if v > f1("fedlda")],
+            "fails_for": [m for m, v in fed_mi.items() if v <= f1("fedlda")],
+            "fedlda": f1("fedlda"),
+        }
+    if len(heterogeneity) and f1("nmf_sgd") is not None:
+        gaps = {}
+        for method, part in heterogeneity.groupby("method"):
+            by_alpha = part.groupby("alpha")["accuracy"].mean().sort_index()
+            if len(by_alpha) >= 2:
+                gaps[method] = {float(a): float(v) for a, v in by_alpha.items()}
+        if gaps:
+            claims["federated_approaches_centralized_as_alpha_grows"] = {
+                "holds_for": [m for m, g in gaps.items() if _rises(list(g.values()))],
+                "accuracy_by_alpha": gaps,
+                "centralized_accuracy": by_method.get("nmf_sgd", {}).get("accuracy"),
+            }
+    return claims
+
+
+def _rises(values: list[float]) -> bool:
+    """Whether accuracy at the largest alpha is above accuracy at the smallest."""
+    return values[-1] > values[0]
+
+
+def _style(method: str) -> dict[str, Any]:
+    rule = rule_of(method) or "fedavg"
+    return {"color": COLOURS.get(rule, "black"), "linestyle": "-" if method.endswith("_mi") else ":", "marker": "o"}
+
+
+def _figure_topics(runs: pd.DataFrame) -> plt.Figure:
+    figure, ax = plt.subplots(figsize=(6, 4))
+    for method, part in runs.groupby("method", sort=False):
+        part = part.sort_values("topics")
+        if rule_of(method) is not None:
+            ax.plot(part["topics"], part["accuracy"], label=method, **_style(method))
+        else:
+            ax.plot(part["topics"], part["accuracy"], label=method, color="grey", alpha=0.6, marker="x")
+    ax.set_xlabel("number of topics k")
+    ax.set_ylabel("SVM accuracy on topic weights")
+    ax.set_title("Fig. 2: accuracy against the number of topics")
+    ax.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    return figure
+
+
+def _figure_bytes(curves: pd.DataFrame) -> plt.Figure:
+    figure, ax = plt.subplots(figsize=(6, 4))
+    for method, part in curves.groupby("method", sort=False):
+        ax.plot(part["bytes"] / 1e6, part["macro_f1"], label=method, **_style(method))
+    ax.set_xlabel("MB communicated (updates and broadcasts)")
+    ax.set_ylabel("macro-F1")
+    ax.set_title(f"Fig. 3: F1 against communication ({int(curves['topics'].iloc[0])} topics)")
+    ax.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    return figure
+
+
+def _figure_heterogeneity(rows: pd.DataFrame, organisations: int) -> plt.Figure:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+    for method, part in rows.groupby("method", sort=False):
+        by_alpha = part[part["clients"] == organisations].sort_values("alpha")
+        left.plot(by_alpha["alpha"], by_alpha["accuracy"], label=method, **_style(method))
+        by_k = part[part["alpha"] == 1.0].sort_values("clients")
+        right.plot(by_k["clients"], by_k["accuracy"], label=method, **_style(method))
+    left.set_xscale("log")
+    left.set_xlabel(f"alpha (K = {organisations})")
+    right.set_xlabel("number of clients K (alpha = 1)")
+    for ax in (left, right):
+        ax.set_ylabel("SVM accuracy")
+        ax.legend(fontsize=7)
+    figure.suptitle("Fig. 4: heterogeneity and number of clients")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,125 @@
+"""The fednmf pipeline on the tiny corpus: every method at two numbers of topics, the organisations'
+counts into the pooled NPMI, the paper's tables and figures, the claims, nested MLflow runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fedtopic_pipelines.core.config import FEDNMF_METHODS, ConfigError, FedNMFRunConfig, from_mapping
+from fedtopic_pipelines.pipelines import fednmf, preprocess, vocab_consensus
+from tests.pipelines.conftest import run_slice
+
+ORGS = ["alpha", "beta", "gamma"]
+FEDNMF = {
+    "topics": [3, 4],
+    "mi_weight": 0.5,
+    "train": {
+        "model": {"family": "nmf", "inference_epochs": 2},
+        "optimizer": {"name": "sgd", "lr": 0.05},
+        "aggregation": {"client_fraction": 0.67, "local_epochs": 2},
+        "batch_size": 8,
+        "max_steps": 4,
+        "device": "cpu",
+    },
+    "lda": {"passes": 2, "iterations": 10},
+    "sklearn_max_iter": 30,
+    "evaluate": {"curve_topics": 4, "curve_points": 2},
+    "heterogeneity": {"alphas": [0.5, 5.0], "clients": [2, 3], "methods": ["fedavg", "fedadam_mi"], "topics": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def chain():
+    from tests.conftest import make_tiny_raw_tables
+
+    inputs = {
+        **{f"clients.{o}.raw_documents": t for o, t in make_tiny_raw_tables().items()},
+        "params:preprocess": {"min_df": 2, "max_df": 0.9},
+        "params:vocab_consensus": {"top_n": 50, "min_count": 1, "merge": "union"},
+        "params:train": {},
+        "params:evaluate": {},
+        "params:fednmf": FEDNMF,
+        "params:organisations": ORGS,
+    }
+    upstream = run_slice(preprocess.create_pipeline(ORGS) + vocab_consensus.create_pipeline(ORGS), inputs)
+    return run_slice(fednmf.create_pipeline(ORGS), {**inputs, **upstream})
+
+
+def test_every_method_at_every_number_of_topics_is_trained_and_scored(chain) -> None:
+    runs = chain["fednmf_tables"]["runs"]
+    assert sorted(zip(runs["method"], runs["topics"], strict=True)) == sorted(
+        (m, k) for m in FEDNMF_METHODS for k in (3, 4)
+    )
+    assert all(0 <= v <= 1 for v in runs["macro_f1"]) and all(0 <= v <= 1 for v in runs["accuracy"])
+    assert all(-1 <= v <= 1 for v in runs["we_coherence"]) and all(runs["we_coverage"] > 0.5)
+    assert sum(v is not None and math.isfinite(v) for v in runs["npmi"]) >= len(runs) // 2  # from the summed counts
+    federated = runs[runs["method"].str.startswith("fed") & (runs["method"] != "fedlda")]
+    assert (federated["bytes"] > 0).all() and (runs.loc[runs["method"] == "nmf_sgd", "bytes"] == 0).all()
+    assert (federated["rounds"] == 4).all()
+    # gensim's distributed scheme equals its batch LDA on the concatenated documents
+    lda, fedlda = (runs[runs["method"] == m].sort_values("topics") for m in ("lda", "fedlda"))
+    assert lda["we_coherence"].tolist() == fedlda["we_coherence"].tolist()
+    assert lda["macro_f1"].tolist() == fedlda["macro_f1"].tolist()
+
+
+def test_the_tables_figures_claims_and_mlflow_runs_follow_the_paper(chain) -> None:
+    tables, figures, metrics = chain["fednmf_tables"], chain["fednmf_figures"], chain["fednmf_metrics"]
+    assert tables["table3_coherence"]["method"].tolist() == list(FEDNMF_METHODS)
+    assert set(tables["table4_classification"].columns) == {"method", "macro_f1", "accuracy"}
+    assert set(figures) == {"fig2_accuracy_vs_topics", "fig3_f1_vs_bytes", "fig4_heterogeneity"}
+    curves = tables["curves"]
+    assert set(curves["topics"]) == {4} and len(curves) == 8 * 2  # 8 federated methods, 2 points each
+    assert (curves.groupby("method")["bytes"].diff().dropna() > 0).all()  # bytes accumulate
+    heterogeneity = tables["heterogeneity"]
+    assert sorted(set(zip(heterogeneity["alpha"], heterogeneity["clients"], strict=True))) == [
+        (0.5, 3),
+        (1.0, 2),
+        (1.0, 3),
+        (5.0, 3),
+    ]
+    assert set(metrics["claims"]) == {
+        "mi_improves_centralized_f1",
+        "mi_improves_federated_f1",
+        "fednmf_mi_beats_fedlda",
+        "federated_approaches_centralized_as_alpha_grows",
+    }
+    assert set(metrics["table4"]) == set(FEDNMF_METHODS)
+    runs = chain["fednmf_mlflow_runs"]["runs"]
+    assert len(runs) == 2 * len(FEDNMF_METHODS) and {"macro_f1", "accuracy"} <= set(runs[0]["metrics"])
+    assert {"fednmf/table4_classification.csv", "fednmf/runs.csv"} <= set(chain["fednmf_mlflow_runs"]["artifacts"])
+
+
+def test_only_counts_of_the_candidate_words_leave_an_organisation(chain) -> None:
+    candidates = chain["fednmf_sweep"]["candidates"]
+    for org in ORGS:
+        counts = chain[f"fednmf_counts__{org}"]
+        assert set(counts) == {"sliding_window_10"}  # NPMI's context kind, nothing else
+        assert set(counts["sliding_window_10"]) == {"n_contexts", "occurrences", "co_occurrences"}
+        assert len(counts["sliding_window_10"]["occurrences"]) == len(candidates["words"])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"train": {"model": {"family": "prodlda"}}}, "'fednmf.train.model.family' is 'prodlda'"),
+        ({"topics": [5, 5]}, "'fednmf.topics' repeats a value"),
+        ({"evaluate": {"curve_topics": 7}}, "'fednmf.evaluate.curve_topics' is 7"),
+        ({"methods": ["fedprox"]}, "fednmf.methods"),
+        ({"heterogeneity": {"alphas": [0.0]}}, "fednmf.heterogeneity.alphas"),
+        (
+            {
+                "train": {
+                    "model": {"family": "nmf"},
+                    "optimizer": {"name": "sgd"},
+                    "aggregation": {"client_fraction": 0},
+                }
+            },
+            "client_fraction",
+        ),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_parameter(change, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        from_mapping(FedNMFRunConfig, {**FEDNMF, **change}, "fednmf")
