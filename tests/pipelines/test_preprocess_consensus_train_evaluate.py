@@ -363,3 +363,37 @@ def test_the_real_data_experiment_writes_amwmd_per_node_and_model(tiny_raw_table
     assert set(result["claim"]["alpha"]["federated_better_than_every_other_node"]) == {"federated_3", "federated_5"}
     assert math.isfinite(result["pooled"]["federated_5"]["c_npmi"])
     assert out["realdata_figure"].axes
+
+
+def test_the_chain_trains_and_evaluates_fednmf_and_prodlda_under_a_weights_rule(tiny_raw_tables, tmp_path) -> None:
+    """Issue 17: the NMF family and ProdLDA's FedAvg of local epochs through train and evaluate;
+    NMF reports no perplexity (it has no word distribution), both are scored otherwise."""
+    nmf = {
+        "model": {"family": "nmf", "n_topics": 3, "mi_weight": 0.1, "inference_epochs": 2},
+        "optimizer": {"name": "sgd", "lr": 0.05},
+        "aggregation": {"client_fraction": 0.67, "local_epochs": 2},
+        "batch_size": 8,
+        "max_steps": 6,
+    }
+    fedavg = {**TRAIN, "max_steps": 6, "model": {**TRAIN["model"], "normalization": "layer"}}
+    fedavg["aggregation"] = {"rule": "fedyogi", "local_epochs": 2}
+    for params in (nmf, fedavg):
+        data = {
+            **_raw(tiny_raw_tables),
+            **_caches(ORGS, tmp_path),
+            "params:preprocess": PRE,
+            "params:vocab_consensus": VOCAB,
+            "params:train": params,
+            "params:organisations": ORGS,
+            "params:evaluate": EVAL,
+        }
+        out = run_slice(_chain(ORGS), data)
+        models = out["trained_models"]
+        assert all(len(m.history) == 6 for m in models.values())
+        federated = out["metrics"]["models"]["federated"]
+        assert math.isfinite(federated["c_npmi"]) and 0 <= federated["organisations"]["alpha"]["macro_f1"] <= 1
+        perplexity = federated["organisations"]["alpha"]["perplexity"]
+        assert (perplexity is None) == (params is nmf)
+        if params is nmf:
+            assert all(len(r.sampled) == 2 for r in models["federated"].history)  # C = 0.67 of 3
+            assert "h" not in models["federated"].state  # H stays with the organisations

@@ -51,6 +51,7 @@ class NMFFamily:
     config_type = NMFConfig
     update_kind = UpdateKind.WEIGHTS
     exact_federation = False
+    probabilistic = False  # no per-document word distribution: evaluation reports no perplexity
     loss_names = ("loss", "reconstruction", "mutual_information")
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> NMFModel:

@@ -170,8 +170,11 @@ def evaluate_organisation(
     for name, trained in tqdm(models.items(), desc=f"perplexity and F1 {org}", leave=False):
         model = trained.to_model()
         extra = test_embeddings if trained.config.model.family in CONTEXTUAL_FAMILIES else None
+        probabilistic = getattr(trained.family, "probabilistic", True)  # NMF has no word distribution
         scores[name]["perplexity"] = (
-            completion_perplexity(model, test.matrix, config.seed, embeddings=extra) if len(test) else None
+            completion_perplexity(model, test.matrix, config.seed, embeddings=extra)
+            if len(test) and probabilistic
+            else None
         )
         if dense is not None:
             inputs = dense if extra is None else ContextualBatch(dense, torch.from_numpy(extra))
