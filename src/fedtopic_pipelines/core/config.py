@@ -446,10 +446,12 @@ class NMFConfig(ConfigModel):
     ``mi_weight`` is eq. 3's lambda: the weight of the SMILE estimate (eq. 2, clip ``tau``)
     of the mutual information between a document's bag of words and its topic weights,
     scored by a critic with hidden layers of 32 and 256 units; 0 is plain NMF and builds no
-    critic. The local optimiser is projected SGD at ``train.optimizer.lr`` (Algorithm 1,
-    lines 5-7), over ``train.aggregation.local_epochs`` epochs of ``train.batch_size``
-    documents. ``inference_epochs``: passes of the same projected descent on eq. 3, W and
-    the critic fixed, that give evaluated documents their topic weights (docs/fednmf.md).
+    critic. The local optimiser is projected SGD (Algorithm 1, lines 5-7; ``train.optimizer``
+    ``sgd``) or projected Adagrad (``adagrad``) at ``train.optimizer.lr``, over
+    ``train.aggregation.local_epochs`` epochs of ``train.batch_size`` documents.
+    ``inference_epochs``: passes of the same descent on eq. 3 (W and the critic fixed, from
+    the non-negative least-squares weights) that give evaluated documents their topic
+    weights when the model has a critic (docs/fednmf.md).
     """
 
     block: ClassVar[str] = "train.model"
@@ -652,10 +654,10 @@ class TrainConfig(ConfigModel):
                 "'train.aggregation.rule' is 'fedsgd', but NMF trains local epochs and sends weights (seed 004 "
                 f"Algorithm 1): choose one of {list(WEIGHT_RULES)}"
             )
-        if family == "nmf" and self.optimizer.name != "sgd":
+        if family == "nmf" and self.optimizer.name not in ("sgd", "adagrad"):
             raise ValueError(
                 f"'train.optimizer.name' is {self.optimizer.name!r}; NMF's local optimiser is projected SGD "
-                "(seed 004 Algorithm 1): set it to 'sgd'"
+                "(seed 004 Algorithm 1, 'sgd') or projected Adagrad ('adagrad'; docs/fednmf.md)"
             )
         if family in WORD_FAMILIES and rule != "fedsgd":
             raise ValueError(

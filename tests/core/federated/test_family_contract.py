@@ -135,7 +135,7 @@ CASES: dict[str, FamilyCase] = {
     "nmf": FamilyCase(
         train={
             "model": {"family": "nmf", "n_topics": 3, "mi_weight": 0.1, "inference_epochs": 3},
-            "optimizer": {"name": "sgd", "lr": 0.01},
+            "optimizer": {"name": "adagrad", "lr": 0.05},
             "aggregation": {"rule": "fedadam", "local_epochs": 2},
             "batch_size": 8,
             "max_steps": 10,

@@ -122,3 +122,62 @@ def test_local_epochs_visit_every_document_once_per_epoch_in_batches_of_two_or_m
     assert mean_reconstruction(model, h, matrix) < before
     with pytest.raises(ValueError, match="at least 2 documents"):
         local_epochs(model, h[:1], matrix[:1], 1, 20, 0.05, 0.0, torch.Generator().manual_seed(2))
+
+
+def test_smile_reports_eq_2_and_follows_the_jensen_shannon_bound_s_gradient() -> None:
+    """Song and Ermon's reference smile_lower_bound: eq. 2's value, the JS f-GAN bound's gradient."""
+    x, h = batch(2)
+    critic = SmileCritic(9, 3).double()
+    h = h.requires_grad_(True)
+    value = smile(critic, x, h)
+    t = critic.pairs(x, h)
+    off = ~torch.eye(6, dtype=torch.bool)
+    dv = t.diagonal().mean() - torch.log(torch.clamp(t[off].exp(), math.exp(-5), math.exp(5)).mean())
+    js = -torch.nn.functional.softplus(-t.diagonal()).mean() - torch.nn.functional.softplus(t[off]).mean()
+    assert float(value.detach()) == pytest.approx(float(dv.detach()), abs=1e-12)
+    (ours,) = torch.autograd.grad(value, [h], retain_graph=True)
+    (expected,) = torch.autograd.grad(js, [h], retain_graph=True)
+    (dv_grad,) = torch.autograd.grad(dv, [h])
+    assert torch.allclose(ours, expected, atol=1e-12) and not torch.allclose(ours, dv_grad, atol=1e-6)
+
+
+def test_an_adagrad_step_moves_each_entry_by_lr_over_the_root_of_its_squared_gradients() -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(8, 12, generator=g)
+    model = NMFModel(12, 4, with_critic=False, x_mean=float(x.mean()), seed=0)
+    h = nmf_init(float(x.mean()), (20, 4), torch.Generator().manual_seed(1), torch.float32)
+    rows = torch.arange(4, 12)
+    w_sums, h_sums = torch.full((12, 4), 0.25), torch.full((20, 4), 0.5)
+    w0, h0 = model.w.detach().clone(), h.clone()
+    w_var, h_var = w0.clone().requires_grad_(True), h0[rows].clone().requires_grad_(True)
+    w_grad, h_grad = torch.autograd.grad(reconstruction(x, w_var, h_var), [w_var, h_var])
+    local_step(model, h, x, rows, lr=0.1, mi_weight=0.0, w_sums=w_sums, h_sums=h_sums)
+    w_expected = (w0 - 0.1 * w_grad / ((0.25 + w_grad**2).sqrt() + 1e-10)).clamp(min=0)
+    assert torch.allclose(model.w.detach(), w_expected, atol=1e-7)
+    assert torch.allclose(h[rows], (h0[rows] - 0.1 * h_grad / ((0.5 + h_grad**2).sqrt() + 1e-10)).clamp(min=0))
+    assert torch.allclose(h_sums[rows], 0.5 + h_grad**2) and torch.equal(h_sums[:4], torch.full((4, 4), 0.5))
+    assert torch.allclose(w_sums, 0.25 + w_grad**2)
+
+
+def test_adagrad_learns_where_plain_sgd_on_the_batch_mean_does_not() -> None:
+    """Eq. 3's loss is a batch mean: plain SGD moves each document's h by 1/B of its own gradient.
+    On sparse count rows like a short text's, Adagrad's per-entry step fits in a few epochs."""
+    import scipy.sparse as sp
+
+    from fedtopic_pipelines.core.models.nmf import local_epochs, mean_reconstruction
+
+    rng = np.random.default_rng(0)
+    topics = rng.integers(0, 4, 400)
+    words = rng.integers(0, 15, (400, 6)) + 15 * topics[:, None]
+    counts = np.zeros((400, 60), dtype=np.float32)
+    np.add.at(counts, (np.repeat(np.arange(400), 6), words.ravel()), 1.0)
+    matrix = sp.csr_matrix(counts)
+    mean = float(counts.mean())
+    losses = {}
+    for optimizer in ("sgd", "adagrad"):
+        model = NMFModel(60, 4, with_critic=False, x_mean=mean, seed=0)
+        h = nmf_init(mean, (400, 4), torch.Generator().manual_seed(1), torch.float32)
+        start = mean_reconstruction(model, h, matrix)
+        local_epochs(model, h, matrix, 10, 64, 0.1, 0.0, torch.Generator().manual_seed(2), optimizer=optimizer)
+        losses[optimizer] = mean_reconstruction(model, h, matrix) / start
+    assert losses["adagrad"] < 0.75 < losses["sgd"], losses

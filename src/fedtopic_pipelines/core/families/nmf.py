@@ -37,7 +37,7 @@ from fedtopic_pipelines.core.models.nmf import (
     mean_reconstruction,
 )
 
-LOCAL = "h"  # the documents' topic weights: never shared
+LOCAL = ("h", "h_sums")  # the documents' topic weights (and their Adagrad sums): never shared
 
 
 def _mean_entry(data: sp.spmatrix) -> float:
@@ -64,15 +64,16 @@ class NMFFamily:
             model_config.mi_weight,
             model_config.tau,
             config.seed,
+            config.optimizer.name,
         )
         return model.to(device)
 
     def shared_names(self, model: NMFModel) -> list[str]:
-        return [name for name, _ in model.named_parameters() if name != LOCAL]
+        return [name for name, _ in model.named_parameters() if name not in LOCAL]
 
     def init_local(self, model: NMFModel, data: sp.spmatrix, config: TrainConfig, seed: int) -> None:
         """The organisation's H, one row per training document, at its own data's scale."""
-        model.attach_documents(self.rows(data), _mean_entry(data), seed)
+        model.attach_documents(self.rows(data), _mean_entry(data), seed, sums=config.optimizer.name == "adagrad")
 
     def local_update(self, model: NMFModel, data: sp.spmatrix, config: TrainConfig, seed: int) -> LocalStep:
         """ClientUpdate (Algorithm 1): ``local_epochs`` epochs of batches of ``batch_size`` at
@@ -88,6 +89,8 @@ class NMFFamily:
             model_config.mi_weight,
             torch.Generator().manual_seed(seed),
             model_config.tau,
+            optimizer=config.optimizer.name,
+            h_sums=model.h_sums,
         )
         n = len(results)
         losses = {

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 TAU = 5.0  # the paper's clip (sec. III)
@@ -60,15 +61,25 @@ class SmileCritic(nn.Module):
 
 
 def smile(critic: SmileCritic, x: torch.Tensor, h: torch.Tensor, tau: float = TAU) -> torch.Tensor:
-    """Eq. 2 on one batch (B >= 2): the SMILE lower bound of I(x; h)."""
+    """Eq. 2 on one batch (B >= 2): the SMILE lower bound of I(x; h), with the gradient of the
+    Jensen-Shannon bound, as Song and Ermon's reference ``smile_lower_bound`` computes it.
+
+    The value is eq. 2's: the matched pairs' mean score minus the log of the mean clipped
+    exp-score of the mismatched pairs. Its own gradient lets the critic raise every score
+    past tau, where the clipped term no longer pushes back, and the scores grow without
+    limit (measured: NaN after 1,403 steps on the SMS corpus); the reference implementation
+    therefore follows the gradient of the f-GAN Jensen-Shannon bound,
+    -softplus(-T_jj) averaged minus softplus(T_jj') averaged, and reports the clipped value."""
     batch = x.shape[0]
     if batch < 2:
         raise ValueError(f"the SMILE estimator needs a batch of at least 2 documents, got {batch}")
     scores = critic.pairs(x, h)
-    joint = scores.diagonal().mean()
+    diagonal = scores.diagonal()
     off = ~torch.eye(batch, dtype=torch.bool, device=scores.device)
     clipped = torch.clamp(scores[off].exp(), math.exp(-tau), math.exp(tau))
-    return joint - torch.log(clipped.mean())
+    value = diagonal.mean() - torch.log(clipped.mean())
+    js = -F.softplus(-diagonal).mean() - F.softplus(scores[off]).mean()
+    return js + (value - js).detach()
 
 
 def reconstruction(x: torch.Tensor, w: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -103,6 +114,7 @@ def _seeded_linear_init(layer: nn.Linear, generator: torch.Generator) -> None:
 
 
 DEFAULT_MEAN = 0.01  # the initial scale's X mean when nothing says what it is
+ADAGRAD_EPS = 1e-10  # torch's Adagrad default
 
 
 @dataclass(frozen=True)
@@ -110,12 +122,13 @@ class Inference:
     """How the model gives documents their topic weights (:func:`infer_topics`): the training's
     batch size, learning rate, MI weight and clip, ``epochs`` passes, from ``seed``."""
 
-    epochs: int = 50
+    epochs: int = 5
     batch_size: int = 64
     lr: float = 0.05
     mi_weight: float = 0.0
     tau: float = TAU
     seed: int = 0
+    optimizer: str = "sgd"
 
 
 class NMFModel(nn.Module):
@@ -134,6 +147,7 @@ class NMFModel(nn.Module):
                 if isinstance(layer, nn.Linear):
                     _seeded_linear_init(layer, generator)
         self.register_parameter("h", None)
+        self.register_parameter("h_sums", None)
         self.inference = Inference()
 
     def doc_topic(self, bow: Any) -> torch.Tensor:
@@ -142,7 +156,7 @@ class NMFModel(nn.Module):
         if isinstance(bow, torch.Tensor):
             bow = bow.to_dense().cpu().numpy() if bow.layout != torch.strided else bow.cpu().numpy()
         i = self.inference
-        return infer_topics(self, bow, i.epochs, i.batch_size, i.lr, i.mi_weight, i.seed, i.tau)
+        return infer_topics(self, bow, i.epochs, i.batch_size, i.lr, i.mi_weight, i.seed, i.tau, i.optimizer)
 
     def word_distribution(self, bow: Any) -> torch.Tensor:
         raise ValueError("NMF is not a probabilistic model: it has no per-document word distribution (perplexity)")
@@ -162,10 +176,13 @@ class NMFModel(nn.Module):
         with torch.no_grad():
             self.w.copy_(nmf_init(x_mean, tuple(self.w.shape), generator, self.w.dtype))
 
-    def attach_documents(self, rows: int, x_mean: float, seed: int) -> None:
-        """An organisation's H for its ``rows`` documents, at the initial scale of its own mean entry."""
+    def attach_documents(self, rows: int, x_mean: float, seed: int, sums: bool = False) -> None:
+        """An organisation's H for its ``rows`` documents, at the initial scale of its own mean entry;
+        with ``sums``, also Adagrad's squared-gradient sums of H (``h_sums``), kept with it."""
         generator = torch.Generator().manual_seed(seed)
         self.h = nn.Parameter(nmf_init(x_mean, (rows, self.n_topics), generator, self.w.dtype).to(self.w.device))
+        if sums:
+            self.h_sums = nn.Parameter(torch.zeros_like(self.h.detach()), requires_grad=False)
 
     @torch.no_grad()
     def topic_word(self) -> torch.Tensor:
@@ -173,6 +190,15 @@ class NMFModel(nn.Module):
         weight stays 0); their largest entries are the topic's top words."""
         topics = self.w.detach().T
         return topics / topics.sum(dim=1, keepdim=True).clamp_min(1e-30)
+
+
+def _descend(value: torch.Tensor, grad: torch.Tensor, lr: float, sums: torch.Tensor | None) -> torch.Tensor:
+    """One projected step: plain SGD, or (with ``sums``, updated in place) Adagrad's per-entry
+    step lr g / sqrt(sum of g^2), then onto the non-negative orthant."""
+    if sums is None:
+        return (value - lr * grad).clamp_(min=0.0)
+    sums.addcmul_(grad, grad)
+    return (value - lr * grad / (sums.sqrt() + ADAGRAD_EPS)).clamp_(min=0.0)
 
 
 def local_step(
@@ -184,12 +210,18 @@ def local_step(
     mi_weight: float,
     tau: float = TAU,
     shared: bool = True,
+    w_sums: torch.Tensor | None = None,
+    h_sums: torch.Tensor | None = None,
 ) -> NMFStepResult:
     """Algorithm 1's inner loop on one batch (``rows`` of the organisation's documents):
     W and H step down eq. 3 with the critic fixed, then the critic steps up eq. 2 with H
     fixed (sec. III: the estimator and the factorisation are learned separately); W and H
     are projected onto the non-negative orthant. ``h`` is the organisation's H, updated in
-    place. With ``shared`` False only H moves (W and the critic fixed: inference)."""
+    place. With ``shared`` False only H moves (W and the critic fixed: inference). With
+    ``w_sums`` / ``h_sums`` (Adagrad's squared-gradient sums, H's one row per document) W and
+    H take Adagrad's step instead of plain SGD's (docs/fednmf.md: plain SGD on eq. 3's mean
+    moves each document's h by 1/B of its own gradient and learns nothing in the epochs
+    that fit here)."""
     h_batch = h[rows].detach().clone().requires_grad_(True)
     with_mi = mi_weight > 0 and model.critic is not None and len(rows) >= 2
     recon = reconstruction(x, model.w, h_batch)
@@ -208,8 +240,11 @@ def local_step(
         (h_grad,) = torch.autograd.grad(loss, [h_batch])
     with torch.no_grad():
         if shared:
-            model.w.sub_(lr * w_grad).clamp_(min=0.0)
-        h[rows] = (h_batch - lr * h_grad).clamp_(min=0.0)
+            model.w.copy_(_descend(model.w, w_grad, lr, w_sums))
+        row_sums = None if h_sums is None else h_sums[rows]
+        h[rows] = _descend(h_batch, h_grad, lr, row_sums)
+        if h_sums is not None:
+            h_sums[rows] = row_sums
     if shared and with_mi:
         estimate = smile(model.critic, x, h[rows].detach(), tau)
         grads = torch.autograd.grad(estimate, list(model.critic.parameters()))
@@ -237,14 +272,22 @@ def local_epochs(
     generator: torch.Generator,
     tau: float = TAU,
     shared: bool = True,
+    optimizer: str = "sgd",
+    h_sums: torch.Tensor | None = None,
 ) -> list[NMFStepResult]:
     """ClientUpdate of Algorithm 1: ``epochs`` passes over the organisation's documents (the rows
     of ``matrix``) in shuffled batches of ``batch_size`` (a last batch of one document is
     merged into the previous one: the SMILE estimate needs two). Centralized NMF by SGD is the
-    same loop on the pooled matrix; with ``shared`` False it fits H alone (inference)."""
+    same loop on the pooled matrix; with ``shared`` False it fits H alone (inference).
+    ``optimizer`` ``adagrad``: W's squared-gradient sums start at 0 here (a ClientUpdate's own),
+    H's are ``h_sums`` (the organisation's, kept with H; zeros when not given)."""
     n = matrix.shape[0]
     if n < 2:
         raise ValueError(f"NMF by SGD needs at least 2 documents, got {n}")
+    adagrad = optimizer == "adagrad"
+    w_sums = torch.zeros_like(model.w.detach()) if adagrad and shared else None
+    if adagrad and h_sums is None:
+        h_sums = torch.zeros_like(h)
     results = []
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator)
@@ -255,7 +298,8 @@ def local_epochs(
             end = starts[i + 1] if i + 1 < len(starts) else n
             rows = order[start:end]
             x = dense_rows(matrix, rows, h.dtype)
-            results.append(local_step(model, h, x, rows, lr, mi_weight, tau, shared))
+            sums = h_sums if adagrad else None
+            results.append(local_step(model, h, x, rows, lr, mi_weight, tau, shared, w_sums, sums))
     return results
 
 
@@ -268,6 +312,7 @@ def infer_topics(
     mi_weight: float,
     seed: int,
     tau: float = TAU,
+    optimizer: str = "sgd",
 ) -> torch.Tensor:
     """Topic weights of documents under the trained model (evaluation, validation): eq. 3 with W
     and the critic fixed. Its least-squares part is a non-negative least-squares problem per
@@ -297,7 +342,7 @@ def infer_topics(
     h = torch.from_numpy(np.ascontiguousarray(weights)).to(model.w.dtype)
     if mi_weight > 0 and model.critic is not None and n >= 2 and epochs > 0:
         generator = torch.Generator().manual_seed(seed)
-        local_epochs(model, h, matrix, epochs, batch_size, lr, mi_weight, generator, tau, shared=False)
+        local_epochs(model, h, matrix, epochs, batch_size, lr, mi_weight, generator, tau, False, optimizer)
     return h
 
 
