@@ -41,6 +41,7 @@ scikit-learn's ``CountVectorizer(stop_words='english', min_df=2)``), in ``--repr
 One torch thread and one BLAS thread (``--threads``) for both; ``time.perf_counter``.
 
     .venv/bin/python bench/bench_nmf.py                       # demo, counts, sgd and adagrad
+    .venv/bin/python bench/bench_nmf.py --representation l2   # long documents: unit rows for Adagrad's step
     .venv/bin/python bench/bench_nmf.py --corpus spam --representation binary
     .venv/bin/python bench/bench_nmf.py --smoke
 """
