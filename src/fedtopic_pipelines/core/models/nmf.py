@@ -274,18 +274,23 @@ def local_epochs(
     shared: bool = True,
     optimizer: str = "sgd",
     h_sums: torch.Tensor | None = None,
+    w_sums: torch.Tensor | None = None,
 ) -> list[NMFStepResult]:
     """ClientUpdate of Algorithm 1: ``epochs`` passes over the organisation's documents (the rows
     of ``matrix``) in shuffled batches of ``batch_size`` (a last batch of one document is
     merged into the previous one: the SMILE estimate needs two). Centralized NMF by SGD is the
     same loop on the pooled matrix; with ``shared`` False it fits H alone (inference).
-    ``optimizer`` ``adagrad``: W's squared-gradient sums start at 0 here (a ClientUpdate's own),
-    H's are ``h_sums`` (the organisation's, kept with H; zeros when not given)."""
+    ``optimizer`` ``adagrad``: W's squared-gradient sums start at 0 here (a ClientUpdate's own)
+    unless ``w_sums`` is given, H's are ``h_sums`` (the organisation's, kept with H; zeros when
+    not given); both are updated in place."""
     n = matrix.shape[0]
     if n < 2:
         raise ValueError(f"NMF by SGD needs at least 2 documents, got {n}")
     adagrad = optimizer == "adagrad"
-    w_sums = torch.zeros_like(model.w.detach()) if adagrad and shared else None
+    if adagrad and shared and w_sums is None:
+        w_sums = torch.zeros_like(model.w.detach())
+    if not (adagrad and shared):
+        w_sums = None
     if adagrad and h_sums is None:
         h_sums = torch.zeros_like(h)
     results = []
