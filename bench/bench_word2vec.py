@@ -49,7 +49,8 @@ def corpus(top_n: int, smoke: bool, env: str | None = None):
     # floors off: every proposed term (they serve topic models; Word2Vec wants the rare words too)
     consensus = {"top_n": top_n, "min_count": 2 if smoke else 5, "min_organisations": 1, "min_total_count": 0}
     overrides = {"vocab_consensus": consensus}
-    params, project = project_config("smoke" if smoke else env, overrides)
+    # the demo is base's corpus (no environment of its own)
+    params, project = project_config("smoke" if smoke else (None if env in (None, "demo") else env), overrides)
     if env == "archives" and not smoke:
         vocabulary, _, texts = chain_texts(params, project, archive_tables(params))
     else:
