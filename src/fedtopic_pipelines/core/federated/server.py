@@ -245,6 +245,7 @@ class FederatedServer:
             elif every and (round_ + 1) % every == 0 and (loss := self.validate(engine, round_)) is not None:
                 record.validation_loss = loss
                 if record.validation_loss < self.best_loss:
+                    self.best_state = None  # the old copy goes first: two at once is a model more at peak
                     self.best_loss, self.best_state, self.waited, self.best_round = (
                         record.validation_loss,
                         self.strategy.snapshot(),
