@@ -761,24 +761,8 @@ FEDERATED_NMF_METHODS = (
     "fedadam_mi",
 )
 FEDNMF_METHODS = ("lda", "nmf", "nmf_sgd", "nmf_sgd_mi", "fedlda", *FEDERATED_NMF_METHODS)  # Tables III-IV's rows
-FedNMFMethod = Literal[
-    "lda",
-    "nmf",
-    "nmf_sgd",
-    "nmf_sgd_mi",
-    "fedlda",
-    "fedavg",
-    "fedavg_mi",
-    "fedadagrad",
-    "fedadagrad_mi",
-    "fedyogi",
-    "fedyogi_mi",
-    "fedadam",
-    "fedadam_mi",
-]
-FederatedNMFMethod = Literal[
-    "fedavg", "fedavg_mi", "fedadagrad", "fedadagrad_mi", "fedyogi", "fedyogi_mi", "fedadam", "fedadam_mi"
-]
+FedNMFMethod = Literal[FEDNMF_METHODS]  # type: ignore[valid-type]  # Literal of the tuple's names
+FederatedNMFMethod = Literal[FEDERATED_NMF_METHODS]  # type: ignore[valid-type]
 TopicCount = Annotated[int, Field(ge=2)]
 
 

@@ -17,14 +17,13 @@ local step per organisation and round does equal one centralized step, which
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core.config import NMFConfig, TrainConfig
+from fedtopic_pipelines.core.families.prodlda import BagOfWordsData
 from fedtopic_pipelines.core.federated.aggregation import UpdateRejected
 from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
@@ -44,7 +43,7 @@ def _mean_entry(data: sp.spmatrix) -> float:
     return float(data.sum()) / max(1, data.shape[0] * data.shape[1])
 
 
-class NMFFamily:
+class NMFFamily(BagOfWordsData):
     """``train.model.family: nmf``."""
 
     name = "nmf"
@@ -136,15 +135,6 @@ class NMFFamily:
 
     def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
         return 1
-
-    def rows(self, data: sp.spmatrix) -> int:
-        return int(data.shape[0])
-
-    def select(self, data: sp.csr_matrix, rows: Sequence[int]) -> sp.csr_matrix:
-        return data[np.asarray(rows)]
-
-    def concatenate(self, parts: Sequence[sp.csr_matrix]) -> sp.csr_matrix:
-        return sp.vstack(list(parts)).tocsr()
 
     def validate_data(self, name: str, data: sp.spmatrix, config: TrainConfig | None = None) -> None:
         """An organisation needs two documents (the SMILE estimate scores pairs of a batch)."""

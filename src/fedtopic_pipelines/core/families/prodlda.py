@@ -28,7 +28,21 @@ from fedtopic_pipelines.core.models.prodlda import ProdLDA
 VALIDATION_CHUNK = 1024
 
 
-class ProdLDAFamily:
+class BagOfWordsData:
+    """How a family whose data is a bag-of-words matrix (one row a document) counts, selects and
+    pools it (ProdLDA, NMF)."""
+
+    def rows(self, data: sp.spmatrix) -> int:
+        return int(data.shape[0])
+
+    def select(self, data: sp.csr_matrix, rows: Sequence[int]) -> sp.csr_matrix:
+        return data[np.asarray(rows)]
+
+    def concatenate(self, parts: Sequence[sp.csr_matrix]) -> sp.csr_matrix:
+        return sp.vstack(list(parts)).tocsr()
+
+
+class ProdLDAFamily(BagOfWordsData):
     """The first registered family (``train.model.family: prodlda``)."""
 
     name = "prodlda"
@@ -105,15 +119,6 @@ class ProdLDAFamily:
 
     def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
         return max(1, math.ceil(rows / (config.batch_size * (ghosts or 1))))
-
-    def rows(self, data: sp.spmatrix) -> int:
-        return int(data.shape[0])
-
-    def select(self, data: sp.csr_matrix, rows: Sequence[int]) -> sp.csr_matrix:
-        return data[np.asarray(rows)]
-
-    def concatenate(self, parts: Sequence[sp.csr_matrix]) -> sp.csr_matrix:
-        return sp.vstack(list(parts)).tocsr()
 
     def validate_data(self, name: str, data: sp.spmatrix, config: TrainConfig | None = None) -> None:
         """An organisation's training data must allow a batch (BatchNorm needs two documents)."""
