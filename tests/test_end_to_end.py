@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedtopic_pipelines.core.config import FEDNMF_METHODS
 from tests.conftest import DEMO_WHEEL, PROJECT, WORDS
 
 BIN = Path(sys.executable).parent
@@ -109,6 +110,31 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
         "training_history.json",
         "ingestion_demo.json",
     } <= artifacts
+
+
+def test_fednmf_is_one_parent_mlflow_run_with_a_nested_run_per_model(smoke_run: Path) -> None:
+    """Issue 17: the sweep's tables, figures and claims on disk; a parent run with one nested run
+    per method and number of topics in the real MLflow store."""
+    from mlflow.tracking import MlflowClient
+
+    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=fednmf"], smoke_run)
+    report = smoke_run / "data/08_reporting/fednmf"
+    metrics = json.loads((report / "metrics.json").read_text())
+    assert set(metrics["table4"]) == set(FEDNMF_METHODS) and "claims" in metrics
+    assert {p.name for p in (report / "tables").iterdir()} >= {"runs.csv", "table3_coherence.csv"}
+    assert {p.name for p in (report / "figures").iterdir()} == {
+        "fig2_accuracy_vs_topics.png",
+        "fig3_f1_vs_bytes.png",
+        "fig4_heterogeneity.png",
+    }
+    client = MlflowClient(tracking_uri=f"sqlite:///{smoke_run / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("fedtopic_pipelines")
+    runs = client.search_runs([experiment.experiment_id])
+    parent = next(r for r in runs if r.info.run_name.startswith("fednmf"))
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in children) == sorted(f"{m}-{k}" for m in FEDNMF_METHODS for k in (5, 8))
+    assert all({"macro_f1", "accuracy", "we_coherence"} <= set(r.data.metrics) for r in children)
+    assert "fednmf/table4_classification.csv" in {a.path for a in client.list_artifacts(parent.info.run_id, "fednmf")}
 
 
 @pytest.mark.deployment
