@@ -142,11 +142,13 @@ def test_sigterm_mid_run_ends_the_mlflow_run_as_killed_and_the_process_promptly(
     )
     output = []
     try:
-        for line in process.stdout:  # until the MLflow run has started and nodes run
-            output.append(line)
-            if "MLflow run 'all@smoke'" in line:
+        started = False
+        for line in process.stdout:  # until the MLflow run has started and a node runs: every
+            output.append(line)  # before_pipeline_run hook (the SIGTERM handler's) has then run
+            started = started or "MLflow run 'all@smoke'" in line
+            if started and "Running node" in line:
                 break
-        time.sleep(2)
+        time.sleep(1)
         assert process.poll() is None, "".join(output)[-3000:]
         with pytest.raises(ProjectBusyError, match=rf"'kedro run, pipeline all@smoke' \(pid {process.pid} on "):
             RunLock(project / LOCK_FILE).acquire("a second run")  # the running pipeline holds the folder
