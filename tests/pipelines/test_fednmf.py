@@ -85,6 +85,9 @@ def test_the_tables_figures_claims_and_mlflow_runs_follow_the_paper(chain) -> No
         "fednmf_mi_beats_fedlda",
         "federated_approaches_centralized_as_alpha_grows",
     }
+    trend = metrics["claims"]["federated_approaches_centralized_as_alpha_grows"]["accuracy_by_alpha"]["fedavg"]
+    at_k3 = heterogeneity[(heterogeneity["method"] == "fedavg") & (heterogeneity["clients"] == 3)]
+    assert trend == dict(zip(at_k3["alpha"], at_k3["accuracy"], strict=True))  # the alpha trend at the corpus's K
     assert set(metrics["table4"]) == set(FEDNMF_METHODS)
     runs = chain["fednmf_mlflow_runs"]["runs"]
     assert len(runs) == 2 * len(FEDNMF_METHODS) and {"macro_f1", "accuracy"} <= set(runs[0]["metrics"])
