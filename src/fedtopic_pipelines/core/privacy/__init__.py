@@ -1,0 +1,1 @@
+"""Differential privacy for the federation: accounting (and, later, attacks and defences)."""
