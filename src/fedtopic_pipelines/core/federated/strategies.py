@@ -19,6 +19,7 @@ from fedtopic_pipelines.core.federated.aggregation import (
     TensorSpec,
     UpdateRejected,
     sparse_row_mean,
+    total,
     validate_update,
     weighted_mean,
 )
@@ -362,3 +363,56 @@ class FedOpt(FedSGD):
         after = self.parameters()
         change = _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
         return {self.convergence_metric: change}
+
+
+class SummedStatistics(FedSGD):
+    """Federated EM (PC-TD, seed 002 Algorithm 1, lines 10-13): every party sends its
+    sufficient statistics of the shared parameters (M_t, eq. 10), the server sums them
+    (:func:`total`: statistics add, they are not averaged) and ``combine`` turns the sums
+    into the new shared parameters in place (PC-TD: eq. 11's normalisation with clipping,
+    then eq. 13), returning what it wants recorded (entries clipped, topics emptied).
+    Validation (names, shapes, finite values, the document count) is the engine's; ``check``
+    adds a family's own. Its convergence measure is the relative change of the parameters.
+    """
+
+    kind = UpdateKind.STATISTICS
+    convergence_metric = "relative_change"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        combine: Any,
+        shared: Sequence[str] | None = None,
+        metric_names: Sequence[str] | None = None,
+        check: Any = None,
+    ) -> None:
+        self.model = model
+        self.combine = combine
+        self.check = check
+        self.statistics = None
+        self.metric_names = None if metric_names is None else frozenset(metric_names)
+        self.params = {n: p for n, p in model.named_parameters() if shared is None or n in shared}
+        self._specs = {name: TensorSpec.of(p) for name, p in self.params.items()}
+
+    def validate(self, update: Update, capacity: int | None) -> None:
+        validate_update(update, self.kind, self._specs, None, capacity, self.metric_names)
+        if self.check is not None:
+            self.check(update)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.snapshot()}  # EM keeps no server state beyond the parameters
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+
+    def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
+        sums = total([u.tensors for u in updates])
+        before = {k: p.detach().clone() for k, p in self.params.items()} if measure else None
+        with torch.no_grad():
+            recorded = dict(self.combine(self.params, sums))
+        if before is not None:
+            after = self.parameters()
+            recorded[self.convergence_metric] = _norm({k: after[k] - before[k] for k in before}) / max(
+                _norm(before), 1e-12
+            )
+        return recorded

@@ -225,6 +225,15 @@ def semantic_consistency(topic_word: np.ndarray, similarity: sp.spmatrix, tau: f
     return adjusted / adjusted.sum(axis=1, keepdims=True)
 
 
+def server_step(total: np.ndarray, similarity: sp.spmatrix | None, tau: float) -> MStep:
+    """What the server does with the summed statistics each iteration: eq. 11 (``m_step``),
+    then eq. 13 with ``similarity`` when one is given and tau > 0."""
+    step = m_step(total)
+    if similarity is None or tau == 0:
+        return step
+    return MStep(semantic_consistency(step.topic_word, similarity, tau), step.clipped, step.empty_topics)
+
+
 def fold_in(units: SemanticUnits, topic_word: np.ndarray, iterations: int = 20, seed: int = 0) -> np.ndarray:
     """p(z|d) of documents the model was not trained on: noise-free E-steps with p(w|z) fixed
     (eq. 5 and 7), from random starting proportions."""
