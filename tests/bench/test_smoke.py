@@ -37,7 +37,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
-    tested |= {"bench_word2vec.py", "bench_nmf.py"}
+    tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -162,3 +162,9 @@ def test_bench_word2vec_smoke() -> None:
 def test_bench_nmf_smoke() -> None:
     out = run_bench("bench_nmf.py", "--smoke")
     assert "| scikit-learn max_iter |" in out and "seconds per client" in out
+
+
+def test_bench_pctd_smoke() -> None:
+    out = run_bench("bench_pctd.py", "--smoke")
+    assert "| gensim LdaModel, 1 pass |" in out and "(projected) |" in out and "(per entry) |" in out
+    assert "M_t at V = 2000, K = 100: 1.6 MB as sent" in out
