@@ -206,7 +206,7 @@ def main() -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(args.threads))
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    logging.getLogger("gensim").setLevel(logging.WARNING)
+    logging.getLogger("gensim").setLevel(logging.ERROR)
     time_iterations(args)
     if args.memory or args.smoke:
         memory(args)
