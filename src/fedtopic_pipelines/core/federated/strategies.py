@@ -142,6 +142,11 @@ class FedSGD:
         """The shared parameters: what is broadcast and what the gradients are of."""
         return {name: p.detach() for name, p in self.params.items()}
 
+    def relative_change(self, before: Mapping[str, torch.Tensor]) -> float:
+        """||after - before|| / ||before|| over the shared parameters (the convergence measure)."""
+        after = self.parameters()
+        return _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
+
     def instruction(self, round_: int) -> Instruction:
         return Instruction(round_, self.parameters(), {"action": self.kind.value})
 
@@ -185,9 +190,7 @@ class FedSGD:
             self.statistics.apply(weighted_mean([u.statistics for u in updates], weights))
         if before is None:
             return {}
-        after = self.parameters()
-        change = _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
-        return {self.convergence_metric: change}
+        return {self.convergence_metric: self.relative_change(before)}
 
 
 class SparseRowsSGD(FedSGD):
@@ -360,9 +363,7 @@ class FedOpt(FedSGD):
                 self.project(self.params)
         if before is None:
             return {}
-        after = self.parameters()
-        change = _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
-        return {self.convergence_metric: change}
+        return {self.convergence_metric: self.relative_change(before)}
 
 
 class SummedStatistics(FedSGD):
@@ -411,8 +412,5 @@ class SummedStatistics(FedSGD):
         with torch.no_grad():
             recorded = dict(self.combine(self.params, sums))
         if before is not None:
-            after = self.parameters()
-            recorded[self.convergence_metric] = _norm({k: after[k] - before[k] for k in before}) / max(
-                _norm(before), 1e-12
-            )
+            recorded[self.convergence_metric] = self.relative_change(before)
         return recorded
