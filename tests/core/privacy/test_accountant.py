@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging.config
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -71,3 +73,16 @@ def test_no_noise_is_no_guarantee_and_no_iteration_spends_nothing() -> None:
 def test_bad_privacy_parameters_are_named(call, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         call()
+
+
+def test_the_librarys_logging_handler_leaves_the_streams_open(capsys) -> None:
+    """absl (imported by dp-accounting) makes a handler on the stderr of the moment and closes
+    it when logging is reconfigured, as a Kedro session does: it must hold the process's own
+    stderr, which it never closes, not the stream in place when it was imported."""
+    gaussian_privacy(1.0, 1, 1e-5)
+    from absl import logging as absl_logging
+
+    assert absl_logging.get_absl_handler().python_handler.stream is sys.__stderr__
+    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+    sys.stderr.write("still open\n")
+    assert "still open" in capsys.readouterr().err

@@ -15,10 +15,9 @@ The adjacency is the paper's: two datasets differ in one word occurrence of one 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass
-
-import dp_accounting
-from dp_accounting import pld, rdp
+from typing import Any
 
 from fedtopic_pipelines.core.config import ConfigError
 
@@ -61,16 +60,34 @@ def check_sigma(sigma: float, name: str = "sigma") -> None:
         raise ConfigError(f"parameter '{name}' is {sigma}; the noise's standard deviation must be >= 0")
 
 
-def _event(noise_multiplier: float, steps: int) -> dp_accounting.DpEvent:
-    return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier), steps)
+def _library() -> Any:
+    """dp-accounting, imported on first use. It imports absl, whose logging module creates a
+    handler on whatever ``sys.stderr`` is at that moment, and that handler closes its stream
+    when logging is reconfigured (as every Kedro session does) unless the stream is the
+    process's own. Under pytest that stream was a capture file still in use, and closing it
+    crashed an xdist worker: the handler is pointed at the process's stderr."""
+    import dp_accounting
+    import dp_accounting.pld
+    import dp_accounting.rdp
+    from absl import logging as absl_logging
+
+    handler = absl_logging.get_absl_handler().python_handler
+    if handler.stream is not sys.__stderr__:
+        handler.stream = sys.__stderr__
+    return dp_accounting
 
 
-def _rdp() -> rdp.RdpAccountant:
-    return rdp.RdpAccountant()
+def _event(noise_multiplier: float, steps: int) -> Any:
+    dp = _library()
+    return dp.SelfComposedDpEvent(dp.GaussianDpEvent(noise_multiplier), steps)
 
 
-def _pld(sigma: float) -> pld.PLDAccountant:
-    return pld.PLDAccountant(value_discretization_interval=pld_interval(sigma))
+def _rdp() -> Any:
+    return _library().rdp.RdpAccountant()
+
+
+def _pld(sigma: float) -> Any:
+    return _library().pld.PLDAccountant(value_discretization_interval=pld_interval(sigma))
 
 
 def gaussian_privacy(sigma: float, steps: int, delta: float, sensitivity: float = 1.0) -> PrivacySpent:
@@ -122,9 +139,8 @@ def sigma_for_epsilon(
 
 
 def _calibrate(make, target_epsilon: float, steps: int, delta: float, low: float, high: float) -> float:
-    bracket = dp_accounting.ExplicitBracketInterval(low, high)
+    dp = _library()
+    bracket = dp.ExplicitBracketInterval(low, high)
     return float(
-        dp_accounting.calibrate_dp_mechanism(
-            make, lambda sigma: _event(sigma, steps), target_epsilon, delta, bracket, tol=1e-6
-        )
+        dp.calibrate_dp_mechanism(make, lambda sigma: _event(sigma, steps), target_epsilon, delta, bracket, tol=1e-6)
     )
