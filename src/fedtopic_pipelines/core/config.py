@@ -750,16 +750,7 @@ class Word2VecRunConfig(ConfigModel):
 
 
 # FedNMF+MI's experiments (seed 004 Tables III-IV, Figs. 2-4) ------------------------------
-FEDERATED_NMF_METHODS = (
-    "fedavg",
-    "fedavg_mi",
-    "fedadagrad",
-    "fedadagrad_mi",
-    "fedyogi",
-    "fedyogi_mi",
-    "fedadam",
-    "fedadam_mi",
-)
+FEDERATED_NMF_METHODS = tuple(m for rule in WEIGHT_RULES for m in (rule, f"{rule}_mi"))  # FedAvg, FedAvg+MI, ...
 FEDNMF_METHODS = ("lda", "nmf", "nmf_sgd", "nmf_sgd_mi", "fedlda", *FEDERATED_NMF_METHODS)  # Tables III-IV's rows
 FedNMFMethod = Literal[FEDNMF_METHODS]  # type: ignore[valid-type]  # Literal of the tuple's names
 FederatedNMFMethod = Literal[FEDERATED_NMF_METHODS]  # type: ignore[valid-type]
@@ -815,10 +806,10 @@ class HeterogeneityConfig(ConfigModel):
 def _default_nmf_train() -> TrainConfig:
     return TrainConfig(
         model=NMFConfig(),
-        optimizer=OptimizerConfig(name="sgd", lr=0.05),
+        optimizer=OptimizerConfig(name="adagrad", lr=0.1),
         aggregation=AggregationConfig(client_fraction=0.2, local_epochs=5),
         batch_size=64,
-        max_steps=50,
+        max_steps=30,
     )
 
 

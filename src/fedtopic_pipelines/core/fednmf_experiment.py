@@ -37,7 +37,7 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import FedNMFRunConfig, TrainConfig
+from fedtopic_pipelines.core.config import WEIGHT_RULES, FedNMFRunConfig, TrainConfig
 from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.federation import run_federation
@@ -52,13 +52,12 @@ from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 logger = logging.getLogger(__name__)
 
 POOLED = "server"
-RULES = ("fedavg", "fedadagrad", "fedyogi", "fedadam")
 
 
 def rule_of(method: str) -> str | None:
     """The weights rule of a federated NMF method (``fedyogi_mi`` -> ``fedyogi``), else None."""
     base = method.removesuffix("_mi")
-    return base if base in RULES else None
+    return base if base in WEIGHT_RULES else None
 
 
 def method_config(run: FedNMFRunConfig, method: str, topics: int) -> TrainConfig:
@@ -141,6 +140,7 @@ def score(
 
 
 def _model_bytes(state: Mapping[str, Any]) -> int:
+    """The bytes of the global model's state: what one broadcast carries (H is not in it)."""
     return sum(int(t.numel()) * t.element_size() for t in state.values())
 
 
@@ -187,7 +187,7 @@ def train_nmf(
             model = server.strategy.model
             h = model.doc_topic(evaluation.matrix).numpy()
             scores = svm_scores(h, evaluation.labels, run.evaluate.svm_test_size, run.evaluate.svm_c, run.seed)
-            sent = _communicated(server.history, _model_bytes(dict(model.named_parameters())), len(orgs))[-1]
+            sent = _communicated(server.history, _model_bytes(model.state_dict()), len(orgs))[-1]
             curve.append(
                 {
                     "round": float(server.next_round),
@@ -210,17 +210,15 @@ def train_nmf(
         on_round_end=observe,
     )
     model = result.model.to_model()
-    shared = {k: v for k, v in result.model.state.items() if k != "h"}
-    sent = _communicated(result.model.history, _model_bytes(shared), len(orgs)) if federated else [0.0]
+    sent = _communicated(result.model.history, _model_bytes(result.model.state), len(orgs)) if federated else [0.0]
     return model, {"rounds": len(result.model.history), "bytes": sent[-1], "curve": curve}
 
 
 def _gensim_corpus(matrix: sp.csr_matrix) -> list[list[tuple[int, float]]]:
-    matrix = matrix.tocsr()
-    return [
-        list(zip(matrix.indices[a:b].tolist(), matrix.data[a:b].tolist(), strict=True))
-        for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
-    ]
+    """Documents (rows) as gensim bags of words, by gensim's own converter."""
+    from gensim.matutils import Sparse2Corpus
+
+    return list(Sparse2Corpus(matrix, documents_columns=False))
 
 
 def train_lda(

@@ -287,12 +287,8 @@ def local_epochs(
     if n < 2:
         raise ValueError(f"NMF by SGD needs at least 2 documents, got {n}")
     adagrad = optimizer == "adagrad"
-    if adagrad and shared and w_sums is None:
-        w_sums = torch.zeros_like(model.w.detach())
-    if not (adagrad and shared):
-        w_sums = None
-    if adagrad and h_sums is None:
-        h_sums = torch.zeros_like(h)
+    w_sums = (torch.zeros_like(model.w.detach()) if w_sums is None else w_sums) if adagrad and shared else None
+    h_sums = (torch.zeros_like(h) if h_sums is None else h_sums) if adagrad else None
     results = []
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator)
@@ -303,8 +299,7 @@ def local_epochs(
             end = starts[i + 1] if i + 1 < len(starts) else n
             rows = order[start:end]
             x = dense_rows(matrix, rows, h.dtype)
-            sums = h_sums if adagrad else None
-            results.append(local_step(model, h, x, rows, lr, mi_weight, tau, shared, w_sums, sums))
+            results.append(local_step(model, h, x, rows, lr, mi_weight, tau, shared, w_sums, h_sums))
     return results
 
 

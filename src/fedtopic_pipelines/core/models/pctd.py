@@ -107,7 +107,6 @@ class EStep:
     statistics: np.ndarray
     doc_topic: np.ndarray
     log_likelihood: float
-    tokens: float
 
 
 def random_distributions(rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
@@ -151,19 +150,18 @@ def e_step(
         )
     log_phi = np.log(np.maximum(topic_word, MIN_PROBABILITY)).T  # L: V x K
     exact = np.asarray(units.counts @ log_phi)  # sum_w N_jw log p(w|z_k): units x K
-    log_theta = np.log(np.maximum(doc_topic, MIN_PROBABILITY))[units.doc_of_unit]
-    clean = _log_softmax_rows(log_theta + exact)
-    log_likelihood = float(np.logaddexp.reduce(log_theta + exact, axis=1).sum()) if units.n_units else 0.0
+    joint = np.log(np.maximum(doc_topic, MIN_PROBABILITY))[units.doc_of_unit] + exact  # log p(z|d) p(s|z)
+    log_likelihood = float(np.logaddexp.reduce(joint, axis=1).sum()) if units.n_units else 0.0
     omega = None
     if sigma == 0 or units.n_units == 0:
-        log_r = clean
+        log_r = _log_softmax_rows(joint)
     elif noise == "per_entry":
         omega = rng.normal(0.0, sigma, size=(units.n_units, v))
-        log_r = _log_softmax_rows(log_theta + exact + omega @ log_phi)
+        log_r = _log_softmax_rows(joint + omega @ log_phi)
     else:
         gram = log_phi.T @ log_phi
         shock = rng.standard_normal((units.n_units, k)) @ _psd_factor(gram).T * sigma  # E = Omega L
-        log_r = _log_softmax_rows(log_theta + exact + shock)
+        log_r = _log_softmax_rows(joint + shock)
     r = np.exp(log_r)
     statistics = np.asarray(units.counts.T @ r).T  # K x V, the noise-free part of eq. 10
     if omega is not None:
@@ -179,7 +177,7 @@ def e_step(
     np.add.at(sums, units.doc_of_unit, r)
     has_units = np.bincount(units.doc_of_unit, minlength=units.n_docs) > 0
     new_theta[has_units] = sums[has_units] / sums[has_units].sum(axis=1, keepdims=True)
-    return EStep(statistics, new_theta, log_likelihood, float(units.counts.sum()))
+    return EStep(statistics, new_theta, log_likelihood)
 
 
 @dataclass(frozen=True)
@@ -288,6 +286,5 @@ def similarity_matrix(
             cols.append(ids[top][keep])
             vals.append(best[keep])
     r = sp.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
-    r = r.tocsr()
-    r.sum_duplicates()
+    r = r.tocsr()  # sums duplicate entries (none: the diagonal and the neighbours are apart)
     return r.maximum(r.T).tocsr()

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from fedtopic_pipelines.core.config import FEDERATED_NMF_METHODS, FedNMFRunConfig, from_mapping
+from fedtopic_pipelines.core.config import FEDERATED_NMF_METHODS, WEIGHT_RULES, FedNMFRunConfig, from_mapping
 from fedtopic_pipelines.core.fednmf_experiment import rule_of, run_heterogeneity, run_sweep
 from fedtopic_pipelines.core.ingest.common import as_frame
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
@@ -186,7 +186,7 @@ def _claims(
             "nmf_sgd": f1("nmf_sgd"),
             "nmf_sgd_mi": f1("nmf_sgd_mi"),
         }
-    pairs = [(m, f"{m}_mi") for m in ("fedavg", "fedadagrad", "fedyogi", "fedadam")]
+    pairs = [(m, f"{m}_mi") for m in WEIGHT_RULES]
     judged = {m: (f1(m), f1(mi)) for m, mi in pairs if f1(m) is not None and f1(mi) is not None}
     if judged:
         claims["mi_improves_federated_f1"] = {
