@@ -17,7 +17,7 @@ from kedro.io import AbstractDataset, DatasetError
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings
 from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.model_store import TrainedModel, load_models, save_models
-from fedtopic_pipelines.core.text.corpus import SourceTable, load_table
+from fedtopic_pipelines.core.text.corpus import SourceTable, load_table, read_ordered_corpus
 from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
@@ -61,6 +61,24 @@ class DocumentTableDataset(AbstractDataset[None, SourceTable]):
 
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._filepath)}
+
+
+class OrderedCorpusDataset(AbstractDataset[None, SourceTable]):
+    """A one-document-per-line file cut in file order into the organisations' parts (a corpus
+    ordered by time split by time; ``gensim:lee_background.cor`` is gensim's shipped news)."""
+
+    def __init__(self, filepath: str, parts: dict[str, int]) -> None:
+        self._filepath = filepath
+        self._parts = dict(parts)
+
+    def _load(self) -> SourceTable:
+        return read_ordered_corpus(self._filepath, self._parts)
+
+    def _save(self, data: None) -> None:
+        raise DatasetError("OrderedCorpusDataset is read-only")
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": self._filepath, "parts": self._parts}
 
 
 class ParquetShardsDataset(AbstractDataset[pd.DataFrame | ShardedTable, ShardedTable]):

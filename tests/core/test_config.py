@@ -25,7 +25,7 @@ def test_unknown_scenario_is_named() -> None:
 
 
 def test_unknown_family_is_named() -> None:
-    families = r"\['prodlda', 'combinedtm', 'zeroshottm', 'word2vec', 'nmf'\]"
+    families = r"\['prodlda', 'combinedtm', 'zeroshottm', 'word2vec', 'nmf', 'pctd'\]"
     with pytest.raises(ConfigError, match=r"parameter 'train.model.family' is 'lda'; expected one of " + families):
         TrainConfig.from_params({"model": {"family": "lda"}})
 

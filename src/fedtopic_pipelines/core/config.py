@@ -463,6 +463,52 @@ class NMFConfig(ConfigModel):
     inference_epochs: PositiveInt = 5
 
 
+class PCTDConfig(ConfigModel):
+    """PC-TD (seed 002): federated EM over semantic units with Gaussian noise on the counts.
+
+    Each party cuts its documents (their common-vocabulary tokens in order) into units of
+    ``unit_length`` words that share a topic; every round it runs one E-step with noise of
+    standard deviation ``sigma`` on the counts (eq. 4, sensitivity 1; ``noise``: how it is
+    drawn, docs/pctd.md) and sends its M_t (K x V) as statistics. ``target_epsilon``, when
+    set, chooses sigma instead (``sigma`` null): the smallest whose T = the run's rounds
+    compositions are (target_epsilon, ``delta``)-DP by ``accountant``; with neither, sigma is
+    the paper's 0.25. The server sums, adds
+    ``beta`` to every entry (0: the paper's eq. 11 as printed; docs/pctd.md says why the default
+    smooths), normalises and applies eq. 13 with ``tau`` over the similarity matrix R of
+    ``consistency_vectors`` ("glove-6b-50d", a word2vec / KeyedVectors file such as the
+    word2vec pipeline's, or "none"): each of the ``consistency_frequent`` most frequent words
+    linked to its ``consistency_neighbours`` nearest ones above ``consistency_threshold``.
+    ``fold_in_iterations``: noise-free E-steps that give held-out documents their p(z|d).
+    """
+
+    block: ClassVar[str] = "train.model"
+
+    family: Literal["pctd"] = "pctd"
+    n_topics: Annotated[int, Field(ge=2)] = 20
+    unit_length: PositiveInt = 3
+    sigma: NonNegativeFloat | None = None  # null, and no target: the paper's 0.25 (DEFAULT_SIGMA)
+    target_epsilon: PositiveFloat | None = None
+    delta: OpenFraction = 1e-5
+    accountant: Literal["rdp", "pld"] = "rdp"
+    noise: Literal["projected", "per_entry"] = "projected"
+    beta: NonNegativeFloat = 0.01
+    tau: NonNegativeFloat = 0.3
+    consistency_vectors: Name = "glove-6b-50d"
+    consistency_frequent: PositiveInt = 5000
+    consistency_neighbours: NonNegativeInt = 20
+    consistency_threshold: Annotated[float, Field(ge=-1.0, lt=1.0)] = 0.5
+    fold_in_iterations: PositiveInt = 20
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> Self:
+        if self.sigma is not None and self.target_epsilon is not None:
+            raise ValueError(
+                "set at most one of 'train.model.sigma' and 'train.model.target_epsilon' (the other to null); "
+                f"got sigma={self.sigma}, target_epsilon={self.target_epsilon}"
+            )
+        return self
+
+
 CONTEXTUAL_FAMILIES = ("combinedtm", "zeroshottm")  # families whose data carry sentence embeddings
 WORD_FAMILIES = ("word2vec",)  # families that train word vectors on token sequences, not topic models
 DEFAULT_FAMILY = "prodlda"
@@ -471,6 +517,7 @@ FAMILY_TAGS = (
     *CONTEXTUAL_FAMILIES,
     *WORD_FAMILIES,
     "nmf",
+    "pctd",
 )  # one per family config; core/families registers them
 
 
@@ -485,7 +532,8 @@ ModelConfig = Annotated[
     | Annotated[CombinedTMConfig, Tag("combinedtm")]
     | Annotated[ZeroShotTMConfig, Tag("zeroshottm")]
     | Annotated[Word2VecConfig, Tag("word2vec")]
-    | Annotated[NMFConfig, Tag("nmf")],
+    | Annotated[NMFConfig, Tag("nmf")]
+    | Annotated[PCTDConfig, Tag("pctd")],
     Discriminator(_family_of),
 ]
 
@@ -658,6 +706,11 @@ class TrainConfig(ConfigModel):
             raise ValueError(
                 f"'train.optimizer.name' is {self.optimizer.name!r}; NMF's local optimiser is projected SGD "
                 "(seed 004 Algorithm 1, 'sgd') or projected Adagrad ('adagrad'; docs/fednmf.md)"
+            )
+        if family == "pctd" and rule != "fedsgd":
+            raise ValueError(
+                f"'train.aggregation.rule' is {rule!r}, but PC-TD's parties send E-step statistics that the "
+                "server sums (seed 002 Algorithm 1): no averaging rule applies; leave it null"
             )
         if family in WORD_FAMILIES and rule != "fedsgd":
             raise ValueError(
@@ -964,4 +1017,42 @@ class SweepConfig(ConfigModel):
     def _distinct(self) -> Self:
         if len(set(self.values)) != len(self.values):
             raise ValueError(f"'synthetic.sweeps.{self.name}.values' repeats a value: {list(self.values)}")
+        return self
+
+
+# PC-TD's experiments (seed 002 Figs. 2-4) -------------------------------------------------
+class PCTDLDAConfig(ConfigModel):
+    """gensim ``LdaModel`` baselines (pooled and per party): batch passes."""
+
+    block: ClassVar[str] = "pctd.lda"
+
+    passes: PositiveInt = 10
+    iterations: PositiveInt = 50
+
+
+class PCTDRunConfig(ConfigModel):
+    """The ``pctd`` block: the main training (a ``train`` block of ``family: pctd``; its
+    scenarios: federated with its noise, centralized and each party alone without noise,
+    the party's own data needing none), ``sigmas`` (Fig. 2: federated runs at each noise,
+    scored ``curve_points`` times during training), ``topics`` (Fig. 4: federated,
+    centralized and pooled LDA at each number of topics), gensim LDA (``lda``), and the
+    evaluation's ``top_words`` (coherence; diversity over ``diversity_words``)."""
+
+    block: ClassVar[str] = "pctd"
+
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(model=PCTDConfig(), max_steps=50))
+    sigmas: tuple[NonNegativeFloat, ...] = (0.0, 0.25, 1.0, 4.0, 16.0)
+    topics: tuple[TopicCount, ...] = (5, 10, 20, 30)
+    curve_points: PositiveInt = 10
+    lda: PCTDLDAConfig = Field(default_factory=PCTDLDAConfig)
+    top_words: TopicCount = 10
+    diversity_words: TopicCount = 25
+    seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _pctd_family(self) -> Self:
+        if self.train.model.family != "pctd":
+            raise ValueError(f"'pctd.train.model.family' is {self.train.model.family!r}; this pipeline trains 'pctd'")
+        if self.train.max_steps is None:
+            raise ValueError("'pctd.train.max_steps' must be set: T, the iterations the accountant composes")
         return self

@@ -26,7 +26,6 @@ import torch
 
 from fedtopic_pipelines.core.config import (
     CONTEXTUAL_FAMILIES,
-    WORD_FAMILIES,
     ConsensusConfig,
     PreprocessConfig,
     TrainConfig,
@@ -143,6 +142,19 @@ CASES: dict[str, FamilyCase] = {
             "device": "cpu",
         },
         data=lambda: dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True)),
+        vocab_size=40,
+        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
+        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+    ),
+    "pctd": FamilyCase(
+        train={
+            # noise on (sigma 0.5), with eq. 13 over GloVe: the noise streams must agree across engines
+            "model": {"family": "pctd", "n_topics": 3, "sigma": 0.5, "consistency_frequent": 50},
+            "max_steps": 10,
+            "seed": 7,
+            "device": "cpu",
+        },
+        data=lambda: word_sequences((30, 21, 45), 40),
         vocab_size=40,
         preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
         consensus={"top_n": 50, "min_count": 0, "merge": "union"},
@@ -277,7 +289,7 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     raw = {org: read_raw(paths[org]) for org in orgs}
     vocabulary, bows, texts = run_sites(raw, preprocess, consensus, train_texts=True)
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
-    if name in WORD_FAMILIES:  # the Kedro path: the word2vec pipeline's sequences node on the training texts
+    if getattr(get_family(name), "sequences", False):  # the Kedro path: the sequences node on the training texts
         import pandas as pd
 
         from fedtopic_pipelines.core.families.word2vec import sentences_from_frames

@@ -22,10 +22,10 @@ class Topics(nn.Module):
         self.doc_topic = nn.Parameter(torch.zeros(4, 2, dtype=torch.float64), requires_grad=False)  # local
 
 
-def _em_step(params: dict[str, torch.Tensor], sums: dict[str, torch.Tensor]) -> dict[str, float]:
+def _em_step(params: dict[str, torch.Tensor], sums: dict[str, torch.Tensor], iteration: int) -> dict[str, float]:
     step = server_step(sums["topic_word"].numpy(), None, 0.0)
     params["topic_word"].copy_(torch.from_numpy(step.topic_word))
-    return {"clipped": float(step.clipped), "empty_topics": float(step.empty_topics)}
+    return {"clipped": float(step.clipped), "empty_topics": float(step.empty_topics), "iteration": float(iteration)}
 
 
 def _strategy() -> SummedStatistics:
@@ -46,6 +46,8 @@ def test_the_parties_statistics_are_summed_then_normalised_with_clipping_counted
     np.testing.assert_allclose(strategy.model.topic_word.detach().numpy(), expected, atol=1e-9)
     assert recorded["clipped"] == 1.0 and recorded["empty_topics"] == 0.0
     assert recorded["relative_change"] > 0
+    assert recorded["iteration"] == 1.0  # combine learns which iteration it is (the accountant's T)
+    assert strategy.aggregate(updates, measure=False)["iteration"] == 2.0
     assert set(strategy.instruction(0).state) == {"topic_word"}  # p(z|d) is the party's own
     assert strategy.instruction(0).config["action"] == "statistics"
 
@@ -70,3 +72,4 @@ def test_checkpoint_state_round_trips() -> None:
     other = _strategy()
     other.load_state_dict(strategy.state_dict())
     torch.testing.assert_close(other.model.topic_word, strategy.model.topic_word)
+    assert other.iterations == strategy.iterations == 1  # a resumed run counts on from where it was

@@ -11,6 +11,7 @@ from __future__ import annotations
 from fedtopic_pipelines.core.config import FAMILY_TAGS, CombinedTMConfig, ConfigError, ZeroShotTMConfig
 from fedtopic_pipelines.core.families.ctm import ContextualFamily
 from fedtopic_pipelines.core.families.nmf import NMFFamily
+from fedtopic_pipelines.core.families.pctd import PCTDFamily
 from fedtopic_pipelines.core.families.prodlda import ProdLDAFamily
 from fedtopic_pipelines.core.families.word2vec import Word2VecFamily
 from fedtopic_pipelines.core.federated.family import ModelFamily
@@ -48,3 +49,4 @@ register(ContextualFamily("combinedtm", CombinedTMConfig))
 register(ContextualFamily("zeroshottm", ZeroShotTMConfig))
 register(Word2VecFamily())
 register(NMFFamily())
+register(PCTDFamily())

@@ -279,6 +279,7 @@ class Word2VecFamily:
     update_kind = UpdateKind.SPARSE_ROWS
     exact_federation = True
     loss_names = ("loss",)
+    sequences = True  # its data are documents as word-id sequences (Sentences), not bags of words
     reads_broadcast = True  # a client's step only reads U and V: it takes the broadcast tables without a copy
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> SkipGram:

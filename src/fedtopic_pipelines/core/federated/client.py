@@ -19,6 +19,9 @@ from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Up
 
 logger = logging.getLogger(__name__)
 
+# the instructions a client answers with a round of local computation (:class:`LocalEpochs`)
+LOCAL_ROUND_KINDS = (UpdateKind.WEIGHTS.value, UpdateKind.STATISTICS.value)
+
 
 class Client(Protocol):
     """Anything that answers an instruction with an update (in-process or behind Flower)."""
@@ -61,11 +64,12 @@ class FamilyClient:
     def handle(self, instruction: Instruction) -> Update:
         if instruction.config.get("action") == EVALUATE:
             return self.evaluate(instruction)
-        weights = instruction.config.get("action") == UpdateKind.WEIGHTS.value
-        if weights:
+        action = instruction.config.get("action")
+        local_round = action in LOCAL_ROUND_KINDS
+        if local_round:  # weights after local epochs, or a family's statistics over all its documents
             self.rejoin(instruction)
             self.load_shared(instruction.state)
-            step = self.stream.run(self.model, instruction.round)  # a LocalEpochs: the round's local epochs
+            step = self.stream.run(self.model, instruction.round)  # a LocalEpochs: the round's local computation
             self.keep_local(instruction)
         else:
             self.catch_up(instruction.round)
@@ -74,7 +78,7 @@ class FamilyClient:
         self.next_round = instruction.round + 1
         return Update(
             self.client_id,
-            UpdateKind.WEIGHTS if weights else self.family.update_kind,
+            UpdateKind(action) if local_round else self.family.update_kind,
             step.tensors,
             step.num_examples,
             row_indices=step.row_indices,

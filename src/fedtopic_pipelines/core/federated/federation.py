@@ -30,7 +30,7 @@ from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, Tr
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
 from fedtopic_pipelines.core.federated.engine import Engine, FederationError
-from fedtopic_pipelines.core.federated.local import client_sample, uses_weights
+from fedtopic_pipelines.core.federated.local import client_sample, runs_local_rounds, uses_weights
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.federated.site import PREPARE, VOCABULARY, resolve_device
 from fedtopic_pipelines.core.federated.strategies import FedOpt
@@ -52,8 +52,9 @@ class FederationResult:
 
 def strategy_of(family, model, config: TrainConfig):
     """The server's strategy: the family's own under FedSGD (its ``strategy``), FedAvg / FedOpt on
-    its shared weights under a weights rule (with the family's projection and checks, if any)."""
-    if not uses_weights(config):
+    its shared weights under a weights rule (with the family's projection and checks, if any); a
+    family whose rounds are its own local computation (``local_rounds``: PC-TD) always its own."""
+    if not uses_weights(config) or getattr(family, "local_rounds", False):
         return family.strategy(model, config)
     own = getattr(family, "weights_strategy", None)
     if own is not None:
@@ -163,11 +164,15 @@ def run_federation(
     background = getattr(model, "set_background", None)
     if background is not None and "frequency" in vocabulary:
         background(vocabulary["frequency"].to_numpy(dtype="float64"))
+    terms_hook = getattr(model, "set_terms", None)  # PC-TD: eq. 12's similarity matrix over the terms
+    if terms_hook is not None:
+        frequency = vocabulary["frequency"].to_numpy(dtype="float64") if "frequency" in vocabulary else None
+        terms_hook(terms, frequency, config)
     scale = getattr(model, "set_data_scale", None)  # NMF: W's initial scale from the counts the server knows
     if scale is not None and "frequency" in vocabulary:
         scale(float(vocabulary["frequency"].sum()), sum(rows.values()))
-    weights = uses_weights(config)
-    if weights:  # a round is every sampled organisation's local epochs; an update weighs its documents
+    local_rounds = runs_local_rounds(family, config)
+    if local_rounds:  # a round is every sampled organisation's local epochs; an update weighs its documents
         per_epoch, capacity = 1, dict(rows)
     else:
         per_epoch = family.steps_per_epoch(max(epoch.values()), config, ghosts)
@@ -182,7 +187,7 @@ def run_federation(
     )
     checkpoints = Checkpoints(config, name, organisations, terms, prepared) if config.checkpoint_every else None
     if checkpoints is not None:
-        if weights:  # clients with local parameters keep copies of them under this job's name
+        if local_rounds:  # clients with local parameters keep copies of them under this job's name
             server.context = {"job": checkpoints.path.stem, "checkpointed": 0}
         checkpoints.resume(server)
 

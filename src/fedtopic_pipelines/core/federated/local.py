@@ -44,6 +44,13 @@ def uses_weights(config: TrainConfig) -> bool:
     return config.rule in WEIGHT_RULES
 
 
+def runs_local_rounds(family: ModelFamily, config: TrainConfig) -> bool:
+    """Whether a round is each organisation's local computation over all its documents
+    (:class:`LocalEpochs`, a round's draws seeded by the round): under a weights rule, and
+    for a family whose every round is one (``local_rounds``: PC-TD's E-step over its units)."""
+    return uses_weights(config) or bool(getattr(family, "local_rounds", False))
+
+
 def participants_per_round(organisations: int, fraction: float) -> int:
     """floor(C K) organisations per round (seed 004 Algorithm 1, line 4); all of a one-organisation
     federation. Fewer than one is a configuration error, not a silent max(., 1)."""
@@ -76,7 +83,8 @@ def client_sample(organisations: Sequence[str], fraction: float, seed: int):
 
 
 class LocalEpochs:
-    """A client's "stream" under a weights rule: its data, and the local training of a round."""
+    """A client's "stream" when it runs local rounds (:func:`runs_local_rounds`): its data, and
+    the local computation of a round."""
 
     def __init__(
         self,

@@ -47,8 +47,8 @@ from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.family import ModelFamily
-from fedtopic_pipelines.core.federated.local import LocalEpochs, LocalStates, uses_weights
-from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
+from fedtopic_pipelines.core.federated.local import LocalEpochs, LocalStates, runs_local_rounds
+from fedtopic_pipelines.core.federated.messages import Instruction, Update
 
 # Text processing (pandas, pyarrow, nltk: seconds of imports) is imported only by the stages
 # that need it, not by training messages: a Flower ClientApp may be a fresh process per message.
@@ -174,7 +174,7 @@ class Site:
         create = getattr(family, "create_client_model", family.create_model)
         model = create(vocab_size, config, device)
         seed = derive_seed(config.seed, stream)
-        if uses_weights(config):
+        if runs_local_rounds(family, config):
             batches: Any = LocalEpochs(family, prepared.train, config, seed, device, ghosts)
         else:
             batches = family.stream(prepared.train, config, seed, device, ghosts)
@@ -453,7 +453,7 @@ class FolderEndpoint(Endpoint):
     def training_data(self, family: ModelFamily, terms: list[str], payload: Mapping[str, Any]) -> tuple[Any, dict]:
         """The training split over ``terms`` (cached as a scipy .npz: no pickle) and its keyed fingerprint."""
         preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
-        if get_family(TrainConfig.from_params(payload["train"]).model.family).update_kind is UpdateKind.SPARSE_ROWS:
+        if getattr(get_family(TrainConfig.from_params(payload["train"]).model.family), "sequences", False):
             return self.word_sequences(preprocess, terms, payload)
         tokens_dir = self._tokens_dir(preprocess)
         path = self.cache_dir / f"bow-{lineage.digest([tokens_dir.name, terms])}.npz"
@@ -490,16 +490,16 @@ class FolderEndpoint(Endpoint):
         return data, report
 
     def word_sequences(self, preprocess: PreprocessConfig, terms: list[str], payload: Mapping[str, Any]):
-        """Word2Vec's data: its training documents as ids of ``terms``, with the consensus's
-        summed counts the server sent (``frequencies``), and its keyed fingerprint."""
+        """A sequence family's data (Word2Vec, PC-TD): its training documents as ids of ``terms``,
+        with the consensus's summed counts the server sent (``frequencies``), and its keyed fingerprint."""
         from fedtopic_pipelines.core.families.word2vec import sentences_from_frames
         from fedtopic_pipelines.core.ingest.common import iter_frames
 
         frequencies = payload.get("frequencies")
         if not isinstance(frequencies, list) or len(frequencies) != len(terms):
             raise ValueError(
-                f"organisation '{self.name}': the word2vec family needs the vocabulary's counts ('frequencies') "
-                "for its negatives and subsampling, one per term"
+                f"organisation '{self.name}': a family trained on word sequences needs the vocabulary's counts "
+                "('frequencies'), one per term"
             )
         with self.cache_lock():
             tokens, _ = self.preprocessed(preprocess)

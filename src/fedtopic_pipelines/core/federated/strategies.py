@@ -369,11 +369,13 @@ class FedOpt(FedSGD):
 class SummedStatistics(FedSGD):
     """Federated EM (PC-TD, seed 002 Algorithm 1, lines 10-13): every party sends its
     sufficient statistics of the shared parameters (M_t, eq. 10), the server sums them
-    (:func:`total`: statistics add, they are not averaged) and ``combine`` turns the sums
-    into the new shared parameters in place (PC-TD: eq. 11's normalisation with clipping,
-    then eq. 13), returning what it wants recorded (entries clipped, topics emptied).
-    Validation (names, shapes, finite values, the document count) is the engine's; ``check``
-    adds a family's own. Its convergence measure is the relative change of the parameters.
+    (:func:`total`: statistics add, they are not averaged) and ``combine(params, sums,
+    iteration)`` turns the sums into the new shared parameters in place (PC-TD: eq. 11's
+    normalisation with clipping, then eq. 13), returning what it wants recorded (entries
+    clipped, topics emptied, the privacy spent after ``iteration`` iterations, counted from 1
+    and kept across a resumed run). Validation (names, shapes, finite values, the document
+    count) is the engine's; ``check`` adds a family's own. Its convergence measure is the
+    relative change of the parameters.
     """
 
     kind = UpdateKind.STATISTICS
@@ -391,6 +393,7 @@ class SummedStatistics(FedSGD):
         self.combine = combine
         self.check = check
         self.statistics = None
+        self.iterations = 0
         self.metric_names = None if metric_names is None else frozenset(metric_names)
         self.params = {n: p for n, p in model.named_parameters() if shared is None or n in shared}
         self._specs = {name: TensorSpec.of(p) for name, p in self.params.items()}
@@ -401,16 +404,18 @@ class SummedStatistics(FedSGD):
             self.check(update)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.snapshot()}  # EM keeps no server state beyond the parameters
+        return {"model": self.snapshot(), "iterations": self.iterations}  # EM keeps nothing more
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+        self.iterations = int(state["iterations"])
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         sums = total([u.tensors for u in updates])
         before = {k: p.detach().clone() for k, p in self.params.items()} if measure else None
+        self.iterations += 1
         with torch.no_grad():
-            recorded = dict(self.combine(self.params, sums))
+            recorded = dict(self.combine(self.params, sums, self.iterations))
         if before is not None:
             recorded[self.convergence_metric] = self.relative_change(before)
         return recorded

@@ -25,12 +25,17 @@ local values only (post-processing).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
 
 MIN_PROBABILITY = 1e-10  # floor of p(w|z) after clipping: log p must stay finite (eq. 5's exponent)
 NOISE_MODES = ("projected", "per_entry")
@@ -71,6 +76,29 @@ class SemanticUnits:
         )
         counts.sum_duplicates()
         return cls(counts, np.asarray(owner, dtype=np.int64), len(docs))
+
+    @classmethod
+    def from_sequences(
+        cls, tokens: np.ndarray, offsets: np.ndarray, vocab_size: int, unit_length: int = 3
+    ) -> SemanticUnits:
+        """:meth:`from_token_ids` for documents stored end to end (document d is
+        ``tokens[offsets[d]:offsets[d + 1]]``), without a Python loop over units."""
+        if unit_length < 1:
+            raise ValueError(f"parameter 'unit_length' is {unit_length}; a semantic unit holds at least one word")
+        tokens = np.asarray(tokens, dtype=np.int64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+            raise ValueError(f"a word id lies outside the vocabulary of {vocab_size}")
+        lengths = np.diff(offsets)
+        per_doc = -(-lengths // unit_length)  # ceil: a document's units
+        first_unit = np.concatenate([[0], np.cumsum(per_doc)])
+        doc_of_token = np.repeat(np.arange(len(lengths)), lengths)
+        position = np.arange(tokens.size) - offsets[:-1][doc_of_token]
+        unit_of_token = first_unit[:-1][doc_of_token] + position // unit_length
+        n_units = int(first_unit[-1])
+        counts = sp.csr_matrix((np.ones(tokens.size), (unit_of_token, tokens)), shape=(n_units, vocab_size))
+        counts.sum_duplicates()
+        return cls(counts, np.repeat(np.arange(len(lengths)), per_doc), len(lengths))
 
     @classmethod
     def from_tokens(
@@ -191,15 +219,18 @@ class MStep:
     empty_topics: int
 
 
-def m_step(total: np.ndarray) -> MStep:
+def m_step(total: np.ndarray, beta: float = 0.0) -> MStep:
     """Eq. 11 on sum_t M_t (K x V). Noise can make entries negative, which no distribution
-    has: they are clipped to 0 and each topic renormalised, then floored at
+    has: they are clipped to 0, ``beta`` is added to every entry (0: eq. 11 as printed; a
+    smoothing prior, docs/pctd.md) and each topic renormalised, then floored at
     ``MIN_PROBABILITY`` (eq. 5 takes logs) and renormalised; a topic with no positive mass
     left becomes uniform. The counts go to the history (docs/pctd.md)."""
+    if beta < 0:
+        raise ValueError(f"parameter 'beta' is {beta}; the smoothing added to the counts must be >= 0")
     if not np.isfinite(total).all():
         raise ValueError("the summed statistics have non-finite entries")
     negative = total < 0
-    positive = np.where(negative, 0.0, total)
+    positive = np.where(negative, 0.0, total) + beta
     mass = positive.sum(axis=1, keepdims=True)
     empty = (mass <= 0).ravel()
     out = np.empty_like(positive)
@@ -223,10 +254,10 @@ def semantic_consistency(topic_word: np.ndarray, similarity: sp.spmatrix, tau: f
     return adjusted / adjusted.sum(axis=1, keepdims=True)
 
 
-def server_step(total: np.ndarray, similarity: sp.spmatrix | None, tau: float) -> MStep:
-    """What the server does with the summed statistics each iteration: eq. 11 (``m_step``),
-    then eq. 13 with ``similarity`` when one is given and tau > 0."""
-    step = m_step(total)
+def server_step(total: np.ndarray, similarity: sp.spmatrix | None, tau: float, beta: float = 0.0) -> MStep:
+    """What the server does with the summed statistics each iteration: eq. 11 (``m_step``,
+    smoothed by ``beta``), then eq. 13 with ``similarity`` when one is given and tau > 0."""
+    step = m_step(total, beta)
     if similarity is None or tau == 0:
         return step
     return MStep(semantic_consistency(step.topic_word, similarity, tau), step.clipped, step.empty_topics)
@@ -288,3 +319,118 @@ def similarity_matrix(
     r = sp.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(size, size))
     r = r.tocsr()  # sums duplicate entries (none: the diagonal and the neighbours are apart)
     return r.maximum(r.T).tocsr()
+
+
+def halves(tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every document's tokens cut in two, in order: the first ceil(n / 2) (to fold in) and
+    the rest (to score), as (tokens, offsets) twice; document completion's split."""
+    lengths = np.diff(offsets)
+    first = -(-lengths // 2)
+    doc_of_token = np.repeat(np.arange(len(lengths)), lengths)
+    position = np.arange(len(tokens)) - offsets[:-1][doc_of_token]
+    head = position < first[doc_of_token]
+    return (
+        tokens[head],
+        np.concatenate([[0], np.cumsum(first)]),
+        tokens[~head],
+        np.concatenate([[0], np.cumsum(lengths - first)]),
+    )
+
+
+def completion_perplexity(
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    topic_word: np.ndarray,
+    unit_length: int = 3,
+    iterations: int = 20,
+    seed: int = 0,
+) -> tuple[float, int]:
+    """Held-out per-word perplexity by document completion: each document's p(z|d) is folded
+    in (:func:`fold_in`) on the first half of its words, the second half is scored (eq. 14 on
+    words the fold-in never saw). Returns the perplexity and the words scored (documents of
+    fewer than two words score none)."""
+    vocab = topic_word.shape[1]
+    head, head_offsets, tail, tail_offsets = halves(np.asarray(tokens), np.asarray(offsets))
+    theta = fold_in(SemanticUnits.from_sequences(head, head_offsets, vocab, unit_length), topic_word, iterations, seed)
+    scored = SemanticUnits.from_sequences(tail, tail_offsets, vocab, 1).document_counts()
+    return per_word_perplexity(scored, topic_word, theta), len(tail)
+
+
+NO_VECTORS = "none"
+
+
+def consistency_matrix(terms: Sequence[str], frequencies: np.ndarray | None, model: Any) -> sp.csr_matrix | None:
+    """Eq. 12's R over ``terms`` from ``consistency_vectors``, the ``consistency_frequent`` most
+    frequent terms (by the consensus's counts, else in vocabulary order) given neighbours;
+    None with tau 0 or vectors "none"."""
+    if model.tau == 0 or model.consistency_vectors == NO_VECTORS:
+        return None
+    from fedtopic_pipelines.core.config import ConfigError
+    from fedtopic_pipelines.core.metrics.amwmd import AMWMDError, load_word_vectors
+
+    try:
+        vectors = load_word_vectors(model.consistency_vectors)
+    except AMWMDError as exc:
+        raise ConfigError(f"parameter 'train.model.consistency_vectors': {exc}") from exc
+    terms = list(terms)
+    order = np.argsort(-frequencies, kind="stable") if frequencies is not None else np.arange(len(terms))
+    ordered = similarity_matrix(
+        [terms[i] for i in order],
+        vectors,
+        model.consistency_frequent,
+        model.consistency_neighbours,
+        model.consistency_threshold,
+    )
+    inverse = np.argsort(order)
+    matrix = ordered[inverse][:, inverse].tocsr()
+    linked = int(matrix.nnz - len(terms))
+    logger.info(
+        "PC-TD consistency matrix R: %d terms, %d links between them, %.1f MB",
+        len(terms),
+        linked,
+        (matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes) / 1e6,
+    )
+    return matrix
+
+
+class PCTDModel(nn.Module):
+    """The PC-TD model as the engine holds it: ``phi`` = p(w|z) (K x V, shared, float64 as
+    the counts it is normalised from) and, in a party's copy only, ``theta`` = p(z|d) of its
+    documents (:meth:`attach_documents`), which never leaves it. The server's copy holds the
+    similarity matrix R of eq. 13 (:meth:`set_terms`)."""
+
+    def __init__(self, vocab_size: int, n_topics: int, seed: int, unit_length: int = 3, fold_in_iterations: int = 20):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        phi = torch.from_numpy(random_distributions(n_topics, vocab_size, rng))
+        self.phi = nn.Parameter(phi, requires_grad=False)
+        self.register_parameter("theta", None)
+        self.unit_length = unit_length
+        self.fold_in_iterations = fold_in_iterations
+        self.units: SemanticUnits | None = None
+        self.similarity: sp.csr_matrix | None = None
+
+    @property
+    def n_topics(self) -> int:
+        return int(self.phi.shape[0])
+
+    def attach_documents(self, units: SemanticUnits) -> None:
+        """A party's copy: its units and p(z|d) for each document, uniform at the start (so that
+        every party's first E-step, and the pooled one, depends on p(w|z) alone: docs/pctd.md)."""
+        self.units = units
+        self.theta = nn.Parameter(
+            torch.full((units.n_docs, self.n_topics), 1.0 / self.n_topics, dtype=torch.float64), requires_grad=False
+        )
+
+    def topic_word(self) -> torch.Tensor:
+        return self.phi.detach()
+
+    def doc_topic(self, data: Any) -> torch.Tensor:
+        """p(z|d) of documents given as word-id sequences (``tokens``, ``offsets``), folded in."""
+        units = SemanticUnits.from_sequences(data.tokens, data.offsets, self.phi.shape[1], self.unit_length)
+        theta = fold_in(units, self.phi.detach().numpy(), self.fold_in_iterations)
+        return torch.from_numpy(theta)
+
+    def set_terms(self, terms: Sequence[str], frequencies: np.ndarray | None, config: Any) -> None:
+        """The server's copy: eq. 12's R over the vocabulary, as ``config.model`` asks."""
+        self.similarity = consistency_matrix(terms, frequencies, config.model)

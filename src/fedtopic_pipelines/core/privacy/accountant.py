@@ -111,6 +111,19 @@ def gaussian_privacy(sigma: float, steps: int, delta: float, sensitivity: float 
     return PrivacySpent(sigma, steps, delta, sensitivity, epsilons["rdp"], epsilons["pld"])
 
 
+def rdp_epsilon(sigma: float, steps: int, delta: float) -> float:
+    """The RDP accountant's epsilon alone (a few milliseconds: the per-round privacy curve)."""
+    check_sigma(sigma)
+    check_delta(delta)
+    if steps <= 0:
+        return 0.0
+    if sigma == 0:
+        return math.inf
+    accountant = _rdp()
+    accountant.compose(_event(sigma, steps))
+    return float(accountant.get_epsilon(delta))
+
+
 def sigma_for_epsilon(
     target_epsilon: float, steps: int, delta: float, accountant: str = "rdp", max_sigma: float = 1e4
 ) -> float:

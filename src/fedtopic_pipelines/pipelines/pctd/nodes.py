@@ -1,0 +1,219 @@
+"""Nodes of ``pctd`` (seed 002): each organisation's word sequences, training, evaluation, figures.
+
+Inside an organisation (namespace ``clients.<org>``) its preprocessed tokens become id
+sequences of the common vocabulary, its training and held-out documents apart; only the
+report's counts cross to the server. Training runs the federated scenario through the one
+federation entry point (on Flower with ``engine: flower``); the centralized scenario and each
+party alone train without noise (a party needs no privacy from itself). The evaluation and
+the figures' sweeps score every model with one evaluator (``core/pctd_experiment.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fedtopic_pipelines.core.config import PCTDRunConfig, from_mapping  # noqa: E402
+from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate, sentences_from_frames  # noqa: E402
+from fedtopic_pipelines.core.ingest.common import iter_frames  # noqa: E402
+from fedtopic_pipelines.core.model_store import TrainedModel  # noqa: E402
+from fedtopic_pipelines.core.pctd_experiment import (  # noqa: E402
+    Party,
+    Scored,
+    lda_topics,
+    privacy_of,
+    run_figures,
+    score_models,
+    train_lda,
+)
+from fedtopic_pipelines.core.training import train_scenarios  # noqa: E402
+from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+TEST = "__test"  # keyword suffix of an organisation's held-out documents
+
+
+def build_pctd_documents(tokens: Any, vocabulary: pd.DataFrame) -> tuple[Sentences, Sentences, dict[str, Any]]:
+    """The organisation's training and held-out documents as ids of the common vocabulary
+    (inside it), and a report of counts (documents kept, dropped for fewer than two words)."""
+    terms, counts = vocabulary["term"].tolist(), vocabulary["frequency"].tolist()
+    train, train_report = sentences_from_frames(iter_frames(tokens), terms, counts, "train")
+    test, test_report = sentences_from_frames(iter_frames(tokens), terms, counts, "test")
+    return train, test, {"train": train_report, "test": test_report}
+
+
+def _run(params: dict[str, Any]) -> PCTDRunConfig:
+    return from_mapping(PCTDRunConfig, params, "pctd")
+
+
+def _parties(organisations: list[str], documents: dict[str, Sentences]) -> dict[str, Party]:
+    return {org: Party(documents[org], documents[org + TEST]) for org in organisations}
+
+
+def train_pctd(
+    params: dict[str, Any],
+    organisations: list[str],
+    preprocess_params: dict[str, Any],
+    consensus_params: dict[str, Any],
+    common_vocabulary: pd.DataFrame,
+    **documents: Sentences,
+) -> tuple[dict[str, TrainedModel], dict[str, Any], dict[str, Any]]:
+    """The federated scenario at the configured noise (on Flower with ``engine: flower``), then
+    the centralized scenario and each party alone without noise, as configured in
+    ``pctd.train.scenarios``. Returns the models, their history and the MLflow series."""
+    run = _run(params)
+    config = run.train
+    data = {org: documents[org] for org in organisations}
+    models: dict[str, TrainedModel] = {}
+    runs: dict[str, Any] = {}
+    if "federated" in config.scenarios:
+        federated = config.replace(scenarios=("federated",))
+        models, runs = run_scenarios(
+            federated, organisations, preprocess_params, consensus_params, common_vocabulary, data
+        )
+    rest = tuple(s for s in config.scenarios if s != "federated")
+    if rest:
+        quiet = config.replace(model=config.model.model_copy(update={"sigma": 0.0, "target_epsilon": None}))
+        models.update(train_scenarios(data, quiet.replace(scenarios=rest), vocabulary=common_vocabulary))
+    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
+    for name, model in models.items():
+        privacy = privacy_of(model.config, len(model.history))
+        history[name]["privacy"] = privacy
+        series = [
+            {"value": r.metrics["epsilon_rdp"], "step": r.round} for r in model.history if "epsilon_rdp" in r.metrics
+        ]
+        if series:
+            mlflow[f"{name}.epsilon_rdp"] = series
+    return models, history, mlflow
+
+
+def evaluate_pctd(
+    models: dict[str, TrainedModel],
+    params: dict[str, Any],
+    organisations: list[str],
+    common_vocabulary: pd.DataFrame,
+    **documents: Sentences,
+) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """Every trained scenario and gensim LDA (pooled, and each party alone) scored by one
+    evaluator; (epsilon, delta) by RDP and PLD for every PC-TD model. Returns ``metrics.json``,
+    Fig. 3 (each party alone vs federated) and the MLflow metrics."""
+    run = _run(params)
+    parties = _parties(organisations, documents)
+    terms = common_vocabulary["term"].tolist()
+    topics = run.train.model.n_topics
+    scored = [
+        Scored(name, "pctd", m.state["phi"].numpy(), info=privacy_of(m.config, len(m.history)))
+        for name, m in models.items()
+    ]
+    pooled = train_lda(concatenate([p.train for p in parties.values()]), topics, run)
+    scored.append(Scored("lda_pooled", "lda", lda_topics(pooled), lda=pooled))
+    for org, party in parties.items():
+        alone = train_lda(party.train, topics, run)
+        scored.append(Scored(f"lda_local__{org}", "lda", lda_topics(alone), lda=alone))
+    score_models(scored, parties, terms, run)
+    results = {m.name: {**m.scores, **m.info} for m in scored}
+    claims = _claims(results, organisations)
+    metrics = {"models": results, "claims": claims, "organisations": organisations, "topics": topics}
+    mlflow = {
+        f"{name}.{key}": [{"value": float(value), "step": 0}]
+        for name, values in results.items()
+        for key, value in values.items()
+        if isinstance(value, int | float) and value is not None and math.isfinite(float(value))
+    }
+    return metrics, _figure_parties(results, organisations), mlflow
+
+
+def _claims(results: dict[str, dict[str, Any]], organisations: list[str]) -> dict[str, Any]:
+    """Fig. 3's claim checked: the federated model's pooled perplexity below every party's own."""
+    if "federated" not in results:
+        return {}
+    federated = results["federated"]["perplexity"]
+    alone = {org: results.get(f"local__{org}", {}).get("perplexity") for org in organisations}
+    known = {org: value for org, value in alone.items() if value is not None}
+    return {
+        "federated_perplexity": federated,
+        "local_perplexity": known,
+        "federated_below_every_party": bool(known) and all(federated < value for value in known.values()),
+    }
+
+
+def _figure_parties(results: dict[str, dict[str, Any]], organisations: list[str]):
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    names = [f"local__{org}" for org in organisations if f"local__{org}" in results]
+    names += [n for n in ("federated", "centralized", "lda_pooled") if n in results]
+    values = [results[n]["perplexity"] for n in names]
+    axis.bar(range(len(names)), values, color=["#999999"] * (len(names) - 3) + ["#1f77b4", "#2ca02c", "#ff7f0e"])
+    axis.set_xticks(range(len(names)), [n.removeprefix("local__") for n in names], rotation=30, ha="right")
+    axis.set_ylabel("held-out perplexity (pooled)")
+    axis.set_title("Fig. 3: each party alone vs federated PC-TD")
+    figure.tight_layout()
+    return figure
+
+
+def pctd_figures(
+    params: dict[str, Any], organisations: list[str], common_vocabulary: pd.DataFrame, **documents: Sentences
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Figs. 2 and 4: the sweeps' numbers, their PNGs and the MLflow series (perplexity against
+    iterations for each sigma, stepped by iteration)."""
+    run = _run(params)
+    data = run_figures(run, _parties(organisations, documents), common_vocabulary)
+    figures = {"fig2_perplexity_epsilon": _figure_curves(data["curves"]), "fig4_coherence_topics": _figure_topics(data)}
+    mlflow = {}
+    for point in data["curves"]:
+        key = f"sigma_{point['sigma']:g}"
+        mlflow.setdefault(f"{key}.perplexity", []).append({"value": point["perplexity"], "step": point["iterations"]})
+        if math.isfinite(point["epsilon_rdp"]):
+            mlflow.setdefault(f"{key}.epsilon_rdp", []).append(
+                {"value": point["epsilon_rdp"], "step": point["iterations"]}
+            )
+    return data, figures, mlflow
+
+
+def _figure_curves(curves: list[dict[str, Any]]):
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    frame = pd.DataFrame(curves)
+    for sigma, part in frame.groupby("sigma"):
+        epsilon = part["epsilon_rdp"].iloc[-1]
+        label = f"sigma {sigma:g} (eps {epsilon:.3g})" if math.isfinite(epsilon) else f"sigma {sigma:g} (no noise)"
+        left.plot(part["iterations"], part["perplexity"], marker="o", label=label)
+    left.set_xlabel("EM iterations")
+    left.set_ylabel("held-out perplexity")
+    left.legend(fontsize=7)
+    final = frame.loc[frame.groupby("sigma")["iterations"].idxmax()]
+    noisy = final[final["epsilon_rdp"].apply(math.isfinite)]
+    right.plot(noisy["epsilon_rdp"], noisy["perplexity"], marker="o", label="federated, RDP epsilon")
+    right.plot(noisy["epsilon_pld"], noisy["perplexity"], marker="x", linestyle="--", label="federated, PLD epsilon")
+    exact = final[~final["epsilon_rdp"].apply(math.isfinite)]
+    for _, row in exact.iterrows():
+        right.axhline(row["perplexity"], color="grey", linestyle=":", label="no noise")
+    right.set_xscale("log")
+    right.set_xlabel("epsilon after all iterations (delta 1e-5)")
+    right.set_ylabel("held-out perplexity")
+    right.legend(fontsize=7)
+    figure.suptitle("Fig. 2: perplexity against iterations and epsilon")
+    figure.tight_layout()
+    return figure
+
+
+def _figure_topics(data: dict[str, Any]):
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    frame = pd.DataFrame(data["topics"])
+    for model, part in frame.groupby("model"):
+        left.plot(part["topics"], part["umass"], marker="o", label=model)
+        right.plot(part["topics"], part["npmi"], marker="o", label=model)
+    left.set_xlabel("topics")
+    left.set_ylabel("UMass (gensim)")
+    right.set_xlabel("topics")
+    right.set_ylabel("NPMI")
+    left.legend(fontsize=7)
+    figure.suptitle("Fig. 4: coherence against the number of topics")
+    figure.tight_layout()
+    return figure
