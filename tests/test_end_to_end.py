@@ -137,6 +137,50 @@ def test_fednmf_is_one_parent_mlflow_run_with_a_nested_run_per_model(smoke_run: 
     assert "fednmf/table4_classification.csv" in {a.path for a in client.list_artifacts(parent.info.run_id, "fednmf")}
 
 
+def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlflow(smoke_run: Path) -> None:
+    """Issue 18: every scenario and baseline scored, (epsilon, delta) by RDP and PLD in metrics.json
+    and MLflow, the three figures written."""
+    from mlflow.tracking import MlflowClient
+
+    from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
+
+    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=pctd"], smoke_run)
+    report = smoke_run / "data/08_reporting/pctd"
+    metrics = json.loads((report / "metrics.json").read_text())
+    orgs = ["computers", "recreation", "science", "politics_religion", "misc_forsale"]
+    models = metrics["models"]
+    expected = {
+        "federated",
+        "centralized",
+        "lda_pooled",
+        *(f"local__{o}" for o in orgs),
+        *(f"lda_local__{o}" for o in orgs),
+    }
+    assert set(models) == expected
+    for scores in models.values():
+        assert np.isfinite(scores["perplexity"]) and scores["perplexity"] > 1
+        assert {"umass", "npmi", "diversity"} <= set(scores)
+    spent = gaussian_privacy(0.25, 6, 1e-5)  # conf/base's sigma, the smoke run's 6 iterations
+    assert models["federated"]["epsilon_rdp"] == pytest.approx(spent.epsilon_rdp, rel=1e-9)
+    assert models["federated"]["epsilon_pld"] == pytest.approx(spent.epsilon_pld, rel=1e-9)
+    assert models["centralized"]["epsilon_rdp"] is None  # no noise: no guarantee, not a number
+    assert "federated_below_every_party" in metrics["claims"]
+    assert (report / "fig3_parties.png").is_file()
+    assert {p.name for p in (report / "figures").iterdir()} == {
+        "fig2_perplexity_epsilon.png",
+        "fig4_coherence_topics.png",
+    }
+    client = MlflowClient(tracking_uri=f"sqlite:///{smoke_run / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("fedtopic_pipelines")
+    run = max(client.search_runs([experiment.experiment_id]), key=lambda r: r.info.start_time)
+    assert run.data.metrics["pctd.eval.federated.epsilon_rdp"] == pytest.approx(spent.epsilon_rdp, rel=1e-9)
+    assert "pctd.eval.federated.epsilon_pld" in run.data.metrics and "pctd.eval.federated.delta" in run.data.metrics
+    assert "pctd.eval.lda_pooled.umass" in run.data.metrics
+    curve = client.get_metric_history(run.info.run_id, "pctd.train.federated.epsilon_rdp")
+    assert [m.step for m in curve] == list(range(6))
+    assert len(client.get_metric_history(run.info.run_id, "pctd.sweep.sigma_1.perplexity")) == 2
+
+
 @pytest.mark.deployment
 def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, tmp_path: Path) -> None:
     """`--params=train.engine=flower`: the same catalog outputs and MLflow store, the same parameters."""

@@ -120,7 +120,7 @@ def register_pipelines() -> Mapping[str, Pipeline]:
     ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
     ``word2vec`` (seed 003) reads the chain's tokens and common vocabulary: run the chain
     up to ``vocab_consensus`` first (``kedro run`` does). ``fednmf`` (seed 004) runs the chain
-    up to ``vocab_consensus`` itself, then its sweep.
+    up to ``vocab_consensus`` itself, then its sweep; so does ``pctd`` (seed 002).
     """
     params = project_parameters()
     corpus = params.get("corpus", "demo")
@@ -157,6 +157,11 @@ def register_pipelines() -> Mapping[str, Pipeline]:
             "fednmf": lambda: (
                 sum((pipelines[name] for name in DEFAULT_CHAIN[:3]), Pipeline([]))
                 + _module("fednmf").create_pipeline(orgs)
+            ),
+            # PC-TD (seed 002): the chain up to the common vocabulary, then training, evaluation, figures
+            "pctd": lambda: (
+                sum((pipelines[name] for name in DEFAULT_CHAIN[:3]), Pipeline([]))
+                + _module("pctd").create_pipeline(orgs)
             ),
         }
     )

@@ -24,6 +24,7 @@ from fedtopic_pipelines.core.config import (
     IngestSyntheticConfig,
     IngestTableConfig,
     IngestWikipediaConfig,
+    PCTDRunConfig,
     PreprocessConfig,
     RealDataConfig,
     TrainConfig,
@@ -45,6 +46,7 @@ BLOCKS: dict[str, type[ConfigModel]] = {
     "realdata": RealDataConfig,
     "word2vec": Word2VecRunConfig,
     "fednmf": FedNMFRunConfig,
+    "pctd": PCTDRunConfig,
 }
 SCALARS = ("corpus", "organisations")
 SYNTHETIC = "synthetic"

@@ -168,15 +168,17 @@ def _pctd_config(run: PCTDRunConfig, sigma: float | None = None, topics: int | N
     return run.train.replace(model=model.model_copy(update=changes), scenarios=("federated",))
 
 
-def privacy_of(config: TrainConfig, steps: int) -> dict[str, float]:
-    """(epsilon, delta) of ``steps`` iterations at the run's noise, by RDP and PLD."""
+def privacy_of(config: TrainConfig, steps: int) -> dict[str, float | None]:
+    """(epsilon, delta) of ``steps`` iterations at the run's noise, by RDP and PLD; without
+    noise (sigma 0) there is no guarantee: epsilon None (JSON null), not a number."""
     sigma = noise_multiplier(config)
     spent = gaussian_privacy(sigma, steps, config.model.delta)
+    finite = sigma > 0
     return {
         "sigma": sigma,
         "delta": config.model.delta,
-        "epsilon_rdp": spent.epsilon_rdp,
-        "epsilon_pld": spent.epsilon_pld,
+        "epsilon_rdp": spent.epsilon_rdp if finite else None,
+        "epsilon_pld": spent.epsilon_pld if finite else None,
     }
 
 

@@ -17,14 +17,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from fedtopic_pipelines.core.config import PCTDRunConfig, from_mapping  # noqa: E402
-from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate, sentences_from_frames  # noqa: E402
-from fedtopic_pipelines.core.ingest.common import iter_frames  # noqa: E402
-from fedtopic_pipelines.core.model_store import TrainedModel  # noqa: E402
-from fedtopic_pipelines.core.pctd_experiment import (  # noqa: E402
+from fedtopic_pipelines.core.config import PCTDRunConfig, from_mapping
+from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate, sentences_from_frames
+from fedtopic_pipelines.core.ingest.common import iter_frames
+from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.pctd_experiment import (
     Party,
     Scored,
     lda_topics,
@@ -33,8 +33,8 @@ from fedtopic_pipelines.core.pctd_experiment import (  # noqa: E402
     score_models,
     train_lda,
 )
-from fedtopic_pipelines.core.training import train_scenarios  # noqa: E402
-from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories  # noqa: E402
+from fedtopic_pipelines.core.training import train_scenarios
+from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def pctd_figures(
     for point in data["curves"]:
         key = f"sigma_{point['sigma']:g}"
         mlflow.setdefault(f"{key}.perplexity", []).append({"value": point["perplexity"], "step": point["iterations"]})
-        if math.isfinite(point["epsilon_rdp"]):
+        if point["epsilon_rdp"] is not None:
             mlflow.setdefault(f"{key}.epsilon_rdp", []).append(
                 {"value": point["epsilon_rdp"], "step": point["iterations"]}
             )
@@ -182,16 +182,16 @@ def _figure_curves(curves: list[dict[str, Any]]):
     frame = pd.DataFrame(curves)
     for sigma, part in frame.groupby("sigma"):
         epsilon = part["epsilon_rdp"].iloc[-1]
-        label = f"sigma {sigma:g} (eps {epsilon:.3g})" if math.isfinite(epsilon) else f"sigma {sigma:g} (no noise)"
+        label = f"sigma {sigma:g} (no noise)" if pd.isna(epsilon) else f"sigma {sigma:g} (eps {epsilon:.3g})"
         left.plot(part["iterations"], part["perplexity"], marker="o", label=label)
     left.set_xlabel("EM iterations")
     left.set_ylabel("held-out perplexity")
     left.legend(fontsize=7)
     final = frame.loc[frame.groupby("sigma")["iterations"].idxmax()]
-    noisy = final[final["epsilon_rdp"].apply(math.isfinite)]
+    noisy = final[final["epsilon_rdp"].notna()]
     right.plot(noisy["epsilon_rdp"], noisy["perplexity"], marker="o", label="federated, RDP epsilon")
     right.plot(noisy["epsilon_pld"], noisy["perplexity"], marker="x", linestyle="--", label="federated, PLD epsilon")
-    exact = final[~final["epsilon_rdp"].apply(math.isfinite)]
+    exact = final[final["epsilon_rdp"].isna()]
     for _, row in exact.iterrows():
         right.axhline(row["perplexity"], color="grey", linestyle=":", label="no noise")
     right.set_xscale("log")
