@@ -21,14 +21,13 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from fedtopic_pipelines.core.config import PCTDConfig, TrainConfig
-from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate
+from fedtopic_pipelines.core.families.word2vec import Sentences, SequenceData
 from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.strategies import SummedStatistics
@@ -67,7 +66,7 @@ def noise_multiplier(config: TrainConfig) -> float:
     return _calibrated(float(model.target_epsilon), iterations(config), float(model.delta), model.accountant)
 
 
-class PCTDFamily:
+class PCTDFamily(SequenceData):
     """``train.model.family: pctd`` (the ``STATISTICS`` family)."""
 
     name = "pctd"
@@ -77,7 +76,6 @@ class PCTDFamily:
     # checks it. The contract's check of concatenated batch streams does not apply (no batches).
     exact_federation = False
     loss_names = ("loss",)
-    sequences = True  # documents as word-id sequences: semantic units need the words' order
     local_rounds = True  # a round is each party's E-step over all its units
     probabilistic = True
 
@@ -159,15 +157,6 @@ class PCTDFamily:
 
     def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
         return 1
-
-    def rows(self, data: Sentences) -> int:
-        return data.shape[0]
-
-    def select(self, data: Sentences, rows: Sequence[int]) -> Sentences:
-        return data.select(rows)
-
-    def concatenate(self, parts: Sequence[Sentences]) -> Sentences:
-        return concatenate(parts)
 
     def validate_data(self, name: str, data: Any, config: TrainConfig | None = None) -> None:
         """A party needs a document with a word of the common vocabulary (an empty party is an error)."""

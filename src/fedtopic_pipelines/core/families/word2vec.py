@@ -271,7 +271,22 @@ class PairStream:
             gen.set_state(state[f"noise.{g}"])
 
 
-class Word2VecFamily:
+class SequenceData:
+    """The data methods of a family trained on word-id sequences (Word2Vec, PC-TD)."""
+
+    sequences = True  # documents as word-id sequences (Sentences), not bags of words
+
+    def rows(self, data: Sentences) -> int:
+        return data.shape[0]
+
+    def select(self, data: Sentences, rows: Sequence[int]) -> Sentences:
+        return data.select(rows)
+
+    def concatenate(self, parts: Sequence[Sentences]) -> Sentences:
+        return concatenate(parts)
+
+
+class Word2VecFamily(SequenceData):
     """``train.model.family: word2vec`` (the ``SPARSE_ROWS`` family)."""
 
     name = "word2vec"
@@ -279,7 +294,6 @@ class Word2VecFamily:
     update_kind = UpdateKind.SPARSE_ROWS
     exact_federation = True
     loss_names = ("loss",)
-    sequences = True  # its data are documents as word-id sequences (Sentences), not bags of words
     reads_broadcast = True  # a client's step only reads U and V: it takes the broadcast tables without a copy
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> SkipGram:
@@ -350,15 +364,6 @@ class Word2VecFamily:
         """The pairs one pass over ``data`` yields (an estimate: subsampling and windows are random)."""
         assert isinstance(config.model, Word2VecConfig)
         return expected_pairs(data, config.model)
-
-    def rows(self, data: Sentences) -> int:
-        return data.shape[0]
-
-    def select(self, data: Sentences, rows: Sequence[int]) -> Sentences:
-        return data.select(rows)
-
-    def concatenate(self, parts: Sequence[Sentences]) -> Sentences:
-        return concatenate(parts)
 
     def validate_data(self, name: str, data: Any, config: TrainConfig | None = None) -> None:
         """An organisation must hold documents of at least two common-vocabulary tokens."""
