@@ -154,6 +154,7 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
         "centralized",
         "lda_pooled",
         *(f"local__{o}" for o in orgs),
+        *(f"local_dp__{o}" for o in orgs),  # each party alone with the federation's noise (Fig. 3)
         *(f"lda_local__{o}" for o in orgs),
     }
     assert set(models) == expected
@@ -164,6 +165,7 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
     assert models["federated"]["epsilon_rdp"] == pytest.approx(spent.epsilon_rdp, rel=1e-9)
     assert models["federated"]["epsilon_pld"] == pytest.approx(spent.epsilon_pld, rel=1e-9)
     assert models["centralized"]["epsilon_rdp"] is None  # no noise: no guarantee, not a number
+    assert models["local_dp__science"]["epsilon_rdp"] == pytest.approx(spent.epsilon_rdp, rel=1e-9)
     assert {"federated_below_every_party_same_noise", "federated_below_every_party_no_noise"} <= set(metrics["claims"])
     assert (report / "fig3_parties.png").is_file()
     assert {p.name for p in (report / "figures").iterdir()} == {
