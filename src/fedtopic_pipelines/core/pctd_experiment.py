@@ -39,7 +39,7 @@ from fedtopic_pipelines.core.metrics.coherence import (
     sum_counts,
 )
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
-from fedtopic_pipelines.core.models.pctd import completion_perplexity, halves, per_word_perplexity
+from fedtopic_pipelines.core.models.pctd import SemanticUnits, completion_perplexity, halves, per_word_perplexity
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 
 logger = logging.getLogger(__name__)
@@ -72,14 +72,14 @@ def _texts(data: Sentences, terms: Sequence[str]) -> list[list[str]]:
 
 
 def _bow(data: Sentences) -> sp.csr_matrix:
-    rows = np.repeat(np.arange(data.shape[0]), data.lengths)
-    matrix = sp.csr_matrix((np.ones(len(data.tokens)), (rows, data.tokens)), shape=data.shape)
-    matrix.sum_duplicates()
-    return matrix
+    """The documents' bag of words (units of one word, summed per document)."""
+    return SemanticUnits.from_sequences(data.tokens, data.offsets, data.shape[1], 1).document_counts()
 
 
 def _gensim_corpus(matrix: sp.csr_matrix) -> list[list[tuple[int, float]]]:
-    return [list(zip(row.indices.tolist(), row.data.tolist(), strict=True)) for row in matrix]
+    from gensim.matutils import Sparse2Corpus
+
+    return list(Sparse2Corpus(matrix, documents_columns=False))
 
 
 def lda_perplexity(lda: Any, data: Sentences) -> tuple[float, int]:

@@ -18,7 +18,6 @@ score of its documents is outside the mechanism the accountant bounds (docs/pctd
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from typing import Any
@@ -50,11 +49,6 @@ def iterations(config: TrainConfig) -> int:
     return int(config.max_steps if config.max_steps is not None else config.max_epochs)
 
 
-@functools.lru_cache(maxsize=64)
-def _calibrated(target: float, steps: int, delta: float, accountant: str) -> float:
-    return sigma_for_epsilon(target, steps, delta, accountant)
-
-
 def noise_multiplier(config: TrainConfig) -> float:
     """sigma: ``train.model.sigma``, or the smallest that keeps T iterations within
     ``target_epsilon`` at ``delta`` by the chosen accountant, or the paper's 0.25."""
@@ -63,7 +57,7 @@ def noise_multiplier(config: TrainConfig) -> float:
         return float(model.sigma)
     if model.target_epsilon is None:
         return DEFAULT_SIGMA
-    return _calibrated(float(model.target_epsilon), iterations(config), float(model.delta), model.accountant)
+    return sigma_for_epsilon(float(model.target_epsilon), iterations(config), float(model.delta), model.accountant)
 
 
 class PCTDFamily(SequenceData):
@@ -107,10 +101,7 @@ class PCTDFamily(SequenceData):
             model.theta.copy_(torch.from_numpy(step.doc_topic))
         words = float(model.units.counts.sum())
         losses = {"loss": -step.log_likelihood / words} if sigma == 0 and words > 0 else {}
-        # C order: the statistics' layout must not depend on how they were computed (the server's
-        # sums reduce along rows; a transposed view would sum in another order than a record's copy)
-        statistics = torch.from_numpy(np.ascontiguousarray(step.statistics))
-        return LocalStep({"phi": statistics}, self.rows(data), losses)
+        return LocalStep({"phi": torch.from_numpy(step.statistics)}, self.rows(data), losses)
 
     def stream(self, data: Any, config: TrainConfig, seed: int, device: torch.device, ghosts: int | None = None):
         raise ValueError("the pctd family runs one E-step over all its units per round: it has no batch stream")
@@ -143,7 +134,7 @@ class PCTDFamily(SequenceData):
         )
 
         def combine(params: dict[str, torch.Tensor], sums: dict[str, torch.Tensor], iteration: int) -> dict:
-            step = server_step(sums["phi"].double().contiguous().numpy(), model.similarity, settings.tau, settings.beta)
+            step = server_step(sums["phi"].double().numpy(), model.similarity, settings.tau, settings.beta)
             params["phi"].copy_(torch.from_numpy(step.topic_word))
             recorded = {"clipped": float(step.clipped), "empty_topics": float(step.empty_topics), "sigma": sigma}
             if sigma > 0:

@@ -204,10 +204,13 @@ def weighted_mean(
 
 
 def total(tensors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """sum_l M_l for every name (sufficient statistics: PC-TD sums the parties' counts)."""
+    """sum_l M_l for every name (sufficient statistics: PC-TD sums the parties' counts). The sums
+    are C-contiguous whatever the first update's layout, so that what a strategy computes from
+    them (row sums) adds in one order: an update built in process as a transposed view and the
+    same numbers decoded from a Flower record would otherwise give results 1e-15 apart."""
     if not tensors:
         raise ValueError("cannot sum an empty list of updates")
-    out = {name: t.clone() for name, t in tensors[0].items()}
+    out = {name: t.clone(memory_format=torch.contiguous_format) for name, t in tensors[0].items()}
     for other in tensors[1:]:
         for name, acc in out.items():
             acc.add_(other[name])

@@ -14,6 +14,7 @@ The adjacency is the paper's: two datasets differ in one word occurrence of one 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from dataclasses import asdict, dataclass
@@ -90,6 +91,7 @@ def _pld(sigma: float) -> Any:
     return _library().pld.PLDAccountant(value_discretization_interval=pld_interval(sigma))
 
 
+@functools.lru_cache(maxsize=256)  # pure; every party, round and model of a run asks the same few
 def gaussian_privacy(sigma: float, steps: int, delta: float, sensitivity: float = 1.0) -> PrivacySpent:
     """The (epsilon, delta) of ``steps`` Gaussian mechanisms with noise standard deviation
     ``sensitivity * sigma`` on a query of L2 sensitivity ``sensitivity`` (noise multiplier sigma)."""
@@ -124,6 +126,7 @@ def rdp_epsilon(sigma: float, steps: int, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
+@functools.lru_cache(maxsize=64)  # a bisection of accountants: every party asks for it every round
 def sigma_for_epsilon(
     target_epsilon: float, steps: int, delta: float, accountant: str = "rdp", max_sigma: float = 1e4
 ) -> float:
