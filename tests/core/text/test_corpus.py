@@ -175,3 +175,22 @@ def test_missing_labels_become_empty_not_nan(tmp_path: Path) -> None:
     pd.DataFrame({"text": ["a b", "c d"], "org": ["x", "x"], "label": ["sport", None]}).to_csv(path, index=False)
     raw = table_to_raw(load_table(path), "text", "org", label_column="label")
     assert raw.documents["label"].tolist() == ["sport", ""]
+
+
+def test_an_ordered_corpus_is_cut_in_file_order_and_bad_parts_are_named(tmp_path: Path) -> None:
+    from fedtopic_pipelines.core.text.corpus import read_ordered_corpus
+
+    lee = read_ordered_corpus("gensim:lee_background.cor", {"early": 51, "middle": 99, "late": 150})
+    assert lee.frame["organisation"].value_counts().to_dict() == {"early": 51, "middle": 99, "late": 150}
+    assert lee.frame["organisation"].iloc[50] == "early" and lee.frame["organisation"].iloc[51] == "middle"
+    path = tmp_path / "news.txt"
+    path.write_text("first article\nsecond article\nthird\n")
+    table = read_ordered_corpus(str(path), {"a": 1, "b": 2})
+    assert table.frame["text"].tolist() == ["first article", "second article", "third"]
+    assert table.line_numbers().tolist() == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"has 3 documents but 'parts' .* sum to 4"):
+        read_ordered_corpus(str(path), {"a": 2, "b": 2})
+    with pytest.raises(ValueError, match="parts"):
+        read_ordered_corpus(str(path), {"a": 3, "b": 0})
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        read_ordered_corpus(str(tmp_path / "missing.txt"), {"a": 3})
