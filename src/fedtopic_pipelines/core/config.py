@@ -638,6 +638,136 @@ Scenario = Literal["federated", "centralized", "non_collaborative"]
 SCENARIOS: tuple[Scenario, ...] = ("federated", "centralized", "non_collaborative")
 
 
+# Privacy (issue 19; docs/privacy.md) ---------------------------------------------------------
+ROBUST_RULES = ("median", "trimmed_mean", "krum")
+
+
+class DPConfig(ConfigModel):
+    """Differential privacy for the gradient and weight families (``privacy.dp``).
+
+    ``level``: ``client`` clips each organisation's whole update (a round's gradient, or its
+    weights minus the broadcast ones) to L2 norm ``clip`` and adds Gaussian noise of std
+    ``noise_multiplier`` x ``clip`` to their sum (DP-FedAvg, McMahan et al. 2018; Flower's
+    DifferentialPrivacy*FixedClipping); the server then divides by the number of updates, so
+    every organisation weighs the same. ``sample`` (DP-SGD, Abadi et al. 2016) clips each
+    document's gradient inside the organisation and adds the noise there; only families
+    without batch coupling allow it (normalization ``layer`` or ``none``).
+
+    ``noise_at`` (client level): ``clients`` each organisation adds its share of the noise,
+    N(0, (sigma C)^2 / m) for m organisations, before sending, so no single update leaves in
+    the clear (a curious server sees noisy updates; with secure aggregation only their sum,
+    which carries the full noise); ``server`` the server adds it after clipping, as Flower's
+    server-side wrapper does: the released model is private, the server itself sees every
+    clipped update. Epsilon is accounted with the same library as PC-TD (dp_accounting), at
+    the run's rounds, sampling rate and sigma; ``target_epsilon`` instead picks sigma.
+    """
+
+    block: ClassVar[str] = "privacy.dp"
+
+    level: Literal["off", "client", "sample"] = "off"
+    noise_at: Literal["clients", "server"] = "clients"
+    clip: PositiveFloat = 1.0
+    noise_multiplier: NonNegativeFloat | None = None
+    target_epsilon: PositiveFloat | None = None
+    delta: Annotated[float, Field(gt=0.0, lt=1.0)] = 1e-5
+    accountant: Literal["rdp", "pld"] = "rdp"
+
+    @model_validator(mode="after")
+    def _one_noise(self) -> Self:
+        if self.level != "off" and (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError(
+                "set exactly one of 'privacy.dp.noise_multiplier' and 'privacy.dp.target_epsilon' (the other "
+                f"to null); got noise_multiplier={self.noise_multiplier}, target_epsilon={self.target_epsilon}"
+            )
+        return self
+
+    @property
+    def on(self) -> bool:
+        return self.level != "off"
+
+
+class SecAggConfig(ConfigModel):
+    """Flower's SecAgg+ (``privacy.secagg``): the defaults are Flower 1.41's ``SecAggPlusWorkflow``'s
+    own, except the two without one (shares and threshold: 3 and 2 here, for small federations).
+    Updates are clipped to [-clipping_range, clipping_range] and quantised to
+    ``quantization_range`` levels before masking; ``max_weight`` bounds an example count."""
+
+    block: ClassVar[str] = "privacy.secagg"
+
+    num_shares: Annotated[int, Field(ge=2)] | Annotated[float, Field(gt=0.0, le=1.0)] = 3
+    reconstruction_threshold: Annotated[int, Field(ge=2)] | Annotated[float, Field(gt=0.0, le=1.0)] = 2
+    max_weight: PositiveFloat = 1000.0
+    clipping_range: PositiveFloat = 8.0
+    quantization_range: PositiveInt = 4194304
+    modulus_range: PositiveInt = 4294967296
+    timeout: PositiveFloat | None = None
+
+
+class PrivacyConfig(ConfigModel):
+    """The one privacy switch (``privacy``; docs/privacy.md): it applies to whichever family is trained.
+
+    ``dp`` differential privacy (above); ``secure_aggregation`` Flower's SecAgg+ (``train.engine:
+    flower`` only: the server sees the sum of the updates, never one of them); ``robust_rule``
+    a Byzantine-robust rule instead of the weighted mean: coordinate-wise ``median``,
+    ``trimmed_mean`` (``trim_fraction`` cut from each end) or ``krum`` (``krum_byzantine`` = f
+    assumed attackers; ``krum_keep`` > 0: multi-Krum's average of that many), as Flower 1.41's
+    FedMedian / FedTrimmedAvg / Krum compute them; ``outlier_factor``: an update whose norm
+    exceeds that many times the round's median norm is logged by name (0: off).
+    ``vocab_k``: a term enters the consensus vocabulary only if at least k organisations
+    hold it (``vocab_min_count``: or, with k, a summed count of at least m), and with k > 1 the
+    server only ever reads terms that pass (``vocab_keyed``: proposals travel as keyed hashes
+    only the organisations can invert); ``vocab_count_noise`` > 0 adds Laplace noise of that
+    scale to each proposed count. ``attacks``: run the curious-server attacks on the trained
+    models and report them in ``data/08_reporting/privacy.json``.
+
+    Combinations that cannot work are refused here: secure aggregation hides the individual
+    updates that median, trimmed mean and Krum need; the noise of DP is calibrated to a mean
+    of clipped updates, not to an order statistic.
+    """
+
+    block: ClassVar[str] = "privacy"
+
+    dp: DPConfig = Field(default_factory=DPConfig)
+    secure_aggregation: bool = False
+    secagg: SecAggConfig = Field(default_factory=SecAggConfig)
+    robust_rule: Literal["mean", "median", "trimmed_mean", "krum"] = "mean"
+    trim_fraction: Annotated[float, Field(ge=0.0, lt=0.5)] = 0.2
+    krum_byzantine: NonNegativeInt = 1
+    krum_keep: NonNegativeInt = 0
+    outlier_factor: NonNegativeFloat = 10.0
+    vocab_k: PositiveInt = 1
+    vocab_min_count: NonNegativeInt = 0
+    vocab_keyed: bool = True
+    vocab_count_noise: NonNegativeFloat = 0.0
+    attacks: bool = True
+
+    @model_validator(mode="after")
+    def _possible(self) -> Self:
+        robust = self.robust_rule != "mean"
+        if self.secure_aggregation and robust:
+            raise ValueError(
+                f"'privacy.robust_rule' is {self.robust_rule!r} with 'privacy.secure_aggregation: true': secure "
+                "aggregation shows the server only the sum of the updates, and a median, trimmed mean or Krum "
+                "needs each update; choose one"
+            )
+        if self.dp.on and robust:
+            raise ValueError(
+                f"'privacy.robust_rule' is {self.robust_rule!r} with 'privacy.dp.level: {self.dp.level}': DP's "
+                "noise is calibrated to the mean of clipped updates (sensitivity C / m), not to a median or "
+                "Krum's choice; use robust_rule: mean (clipping already bounds what one organisation moves)"
+            )
+        if self.secure_aggregation and self.dp.on and self.dp.noise_at == "server":
+            raise ValueError(
+                "'privacy.dp.noise_at' is 'server' with secure aggregation: the server cannot clip updates it "
+                "never sees; use noise_at: clients"
+            )
+        return self
+
+    @property
+    def robust(self) -> bool:
+        return self.robust_rule != "mean"
+
+
 class TrainConfig(ConfigModel):
     """The ``train`` block: scenarios, model family, stopping rules, checkpoints, engine.
 
@@ -684,6 +814,7 @@ class TrainConfig(ConfigModel):
     engine: Literal["in_process", "flower"] = "in_process"
     flower: FlowerConfig = Field(default_factory=FlowerConfig)
     embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)  # set from the top-level ``privacy`` block
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -725,6 +856,7 @@ class TrainConfig(ConfigModel):
             )
         if rule in WEIGHT_RULES and self.optimizer.name == "sparse_adam":
             raise ValueError("'train.optimizer.name' 'sparse_adam' is for sparse rows, not local epochs")
+        self._privacy_fits(family, rule, normalization)
         if rule == "fedsgd" and self.aggregation.local_epochs != 1:
             raise ValueError(
                 f"'train.aggregation.local_epochs' is {self.aggregation.local_epochs}, but FedSGD sends one "
@@ -732,6 +864,40 @@ class TrainConfig(ConfigModel):
                 f"({list(WEIGHT_RULES)})"
             )
         return self
+
+    def _privacy_fits(self, family: str, rule: str, normalization: str | None) -> None:
+        """Refuse a ``privacy`` setting this family cannot honour, with the reason (docs/privacy.md)."""
+        privacy = self.privacy
+        if family in WORD_FAMILIES and (privacy.dp.on or privacy.robust or privacy.secure_aggregation):
+            raise ValueError(
+                "'privacy' asks for dp, a robust rule or secure aggregation for word2vec: its updates are sparse "
+                "rows whose indices are themselves the leak (attack b); clipping and noising only the rows sent "
+                "hides nothing, a median of rows most organisations did not send is zero, and SecAgg+ masks a "
+                "dense vector (2 x V x D floats per organisation and round). Not offered; see docs/privacy.md"
+            )
+        if family == "pctd" and (privacy.dp.on or privacy.robust):
+            raise ValueError(
+                "'privacy.dp' or 'privacy.robust_rule' set for pctd: PC-TD's parties add their own Gaussian noise "
+                "to the statistics ('train.model.sigma' / 'target_epsilon', accounted per round), and the server "
+                "sums them (a median is not a sum); secure aggregation applies"
+            )
+        if privacy.dp.level == "sample":
+            if family == "nmf":
+                raise ValueError(
+                    "'privacy.dp.level' is 'sample' for nmf: a document's gradient reaches only its own row of W "
+                    "and H's shared columns through local epochs of projected steps; use level: client"
+                )
+            if normalization == "batch":
+                raise ValueError(
+                    "'privacy.dp.level' is 'sample' with 'train.model.normalization: batch': a document's gradient "
+                    "through BatchNorm depends on the whole batch, so per-document clipping bounds nothing; "
+                    "use normalization layer or none (docs/privacy.md)"
+                )
+        if privacy.secure_aggregation and self.engine != "flower":
+            raise ValueError(
+                "'privacy.secure_aggregation' is true with 'train.engine: in_process': SecAgg+ is Flower's "
+                "protocol between processes; set train.engine: flower (docs/deployment.md)"
+            )
 
     @property
     def rule(self) -> str:

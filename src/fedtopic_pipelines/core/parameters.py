@@ -26,6 +26,7 @@ from fedtopic_pipelines.core.config import (
     IngestWikipediaConfig,
     PCTDRunConfig,
     PreprocessConfig,
+    PrivacyConfig,
     RealDataConfig,
     TrainConfig,
     Word2VecRunConfig,
@@ -47,7 +48,10 @@ BLOCKS: dict[str, type[ConfigModel]] = {
     "word2vec": Word2VecRunConfig,
     "fednmf": FedNMFRunConfig,
     "pctd": PCTDRunConfig,
+    "privacy": PrivacyConfig,
 }
+# blocks whose ``train`` the top-level ``privacy`` applies to (the main ``train`` block itself, too)
+TRAINED = ("word2vec", "fednmf", "pctd")
 SCALARS = ("corpus", "organisations")
 SYNTHETIC = "synthetic"
 KNOWN = (*SCALARS, *BLOCKS, SYNTHETIC)
@@ -93,5 +97,25 @@ def validate_parameters(params: Mapping[str, Any]) -> ProjectConfig:
         from fedtopic_pipelines.core.synthetic_experiment import SyntheticExperimentConfig
 
         synthetic = SyntheticExperimentConfig.from_params(params[SYNTHETIC] or {})
+    privacy = blocks.get("privacy")
+    if privacy is not None:  # the privacy switch must fit every family the parameters train
+        if "train" in blocks:
+            blocks["train"] = with_privacy(blocks["train"], privacy, "train")
+        for name in TRAINED:
+            if name in blocks:
+                with_privacy(blocks[name].train, privacy, f"{name}.train")
     corpus = params.get("corpus")
     return ProjectConfig(None if corpus is None else str(corpus), list(organisations), blocks, synthetic)
+
+
+def with_privacy(train: TrainConfig, privacy: PrivacyConfig | Mapping[str, Any] | None, where: str = "train") -> TrainConfig:
+    """``train`` under the top-level ``privacy`` block (one switch for whichever family is trained);
+    a combination the family cannot honour raises :class:`ConfigError` naming both blocks."""
+    if privacy is None:
+        return train
+    if not isinstance(privacy, PrivacyConfig):
+        privacy = from_mapping(PrivacyConfig, privacy, "privacy")
+    try:
+        return train.replace(privacy=privacy)
+    except ConfigError as exc:
+        raise ConfigError(f"'privacy' does not fit '{where}' ({train.model.family}): {exc}") from None
