@@ -108,7 +108,9 @@ def validate_parameters(params: Mapping[str, Any]) -> ProjectConfig:
     return ProjectConfig(None if corpus is None else str(corpus), list(organisations), blocks, synthetic)
 
 
-def with_privacy(train: TrainConfig, privacy: PrivacyConfig | Mapping[str, Any] | None, where: str = "train") -> TrainConfig:
+def with_privacy(
+    train: TrainConfig, privacy: PrivacyConfig | Mapping[str, Any] | None, where: str = "train"
+) -> TrainConfig:
     """``train`` under the top-level ``privacy`` block (one switch for whichever family is trained);
     a combination the family cannot honour raises :class:`ConfigError` naming both blocks."""
     if privacy is None:
