@@ -16,6 +16,7 @@ from torch import nn
 
 from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
+from fedtopic_pipelines.core.privacy.defences import NOISE_KEYS, noise_generator, privatize
 
 logger = logging.getLogger(__name__)
 
@@ -76,15 +77,28 @@ class FamilyClient:
             self.load_shared(instruction.state)
             step = self.family.local_step(self.model, self.stream)
         self.next_round = instruction.round + 1
+        tensors, losses = step.tensors, step.losses
+        if NOISE_KEYS[1] in instruction.config:  # client-level DP, noise at the clients: clipped, noised, no loss
+            tensors, losses = self.privatize(instruction, tensors, local_round), {}
         return Update(
             self.client_id,
             UpdateKind(action) if local_round else self.family.update_kind,
-            step.tensors,
+            tensors,
             step.num_examples,
             row_indices=step.row_indices,
             statistics=step.statistics,
-            metrics=step.losses,
+            metrics=losses,
         )
+
+    def privatize(self, instruction: Instruction, tensors: dict[str, torch.Tensor], weights: bool) -> dict:
+        """The update clipped to ``dp_clip`` (weights: their difference from the broadcast ones)
+        plus this organisation's share of the noise, drawn from its own seeded stream for the
+        round. The loss terms stay here: they are computed from the documents without noise,
+        outside what the accountant bounds (docs/privacy.md)."""
+        bound, std, seed = (instruction.config[k] for k in NOISE_KEYS)
+        reference = {k: instruction.state[k] for k in tensors} if weights else None
+        generator = noise_generator(int(seed), self.client_id, instruction.round)
+        return privatize(tensors, reference, float(bound), float(std), generator)
 
     def load_shared(self, state: dict[str, torch.Tensor]) -> None:
         """Copy the broadcast shared parameters into the local model; a family whose local step

@@ -26,17 +26,26 @@ from typing import Any
 
 import pandas as pd
 
-from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig
+from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, PrivacyConfig, TrainConfig
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
 from fedtopic_pipelines.core.federated.engine import Engine, FederationError
 from fedtopic_pipelines.core.federated.local import client_sample, runs_local_rounds, uses_weights
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.federated.site import PREPARE, VOCABULARY, resolve_device
+from fedtopic_pipelines.core.federated.site import (
+    OFFER,
+    PREPARE,
+    REVEAL,
+    VOCABULARY,
+    VOCABULARY_PRIVACY,
+    resolve_device,
+)
 from fedtopic_pipelines.core.federated.strategies import FedOpt
 from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
+from fedtopic_pipelines.core.privacy.defences import apply_privacy
+from fedtopic_pipelines.core.privacy.vocabulary import VocabularyPrivacyError
+from fedtopic_pipelines.core.vocab.consensus import complete_vocabulary, keyed, select_vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -72,31 +81,64 @@ def stopping_rule(config: TrainConfig, steps_per_epoch: int, validate: bool) -> 
 
 
 def agree_vocabulary(
-    engine: Engine, organisations: Sequence[str], preprocess: PreprocessConfig, consensus: ConsensusConfig
+    engine: Engine,
+    organisations: Sequence[str],
+    preprocess: PreprocessConfig,
+    consensus: ConsensusConfig,
+    privacy: PrivacyConfig | None = None,
 ) -> pd.DataFrame:
-    """Ask every organisation for its proposal (top-N terms and counts) and merge them."""
-    payload = {"preprocess": preprocess.to_params(), "vocab_consensus": consensus.to_params()}
-    answers = engine.query(VOCABULARY, {org: payload for org in organisations})
-    proposals = {}
+    """Ask every organisation for its proposal (top-N terms and counts) and merge them.
+
+    Under ``privacy`` (its vocabulary fields travel in the payload) the counts may be noised,
+    and with ``vocab_k`` > 1 and ``vocab_keyed`` the proposals are keyed digests: the server
+    keeps the digests that pass, then asks (the same VOCABULARY query, ``step`` "reveal") for
+    their terms only, and checks each reveal (docs/vocabulary.md).
+    """
+    payload: dict[str, Any] = {"preprocess": preprocess.to_params(), "vocab_consensus": consensus.to_params()}
+    if privacy is not None:
+        payload["privacy"] = {name: getattr(privacy, name) for name in VOCABULARY_PRIVACY}
+    secure = keyed(privacy)
+    noised = privacy is not None and privacy.vocab_count_noise > 0
+    sent = "hashes" if secure else "terms"
+    answers = engine.query(VOCABULARY, {org: {**payload, "step": OFFER} for org in organisations})
+    offers = {}
     for org in organisations:
-        terms, counts = list(answers[org].get("terms", [])), list(answers[org].get("counts", []))
+        terms, counts = list(answers[org].get(sent, [])), list(answers[org].get("counts", []))
         if len(terms) != len(counts) or not all(isinstance(t, str) for t in terms):
-            raise FederationError(f"stage 'vocabulary': {org} sent {len(terms)} terms but {len(counts)} counts")
+            raise FederationError(f"stage 'vocabulary': {org} sent {len(terms)} {sent} but {len(counts)} counts")
         if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
             raise FederationError(f"stage 'vocabulary': {org} sent counts that are not integers >= 0")
         if len(set(terms)) != len(terms):
             raise FederationError(f"stage 'vocabulary': {org} proposed a term twice")
-        proposals[org] = dict(zip(terms, counts, strict=True))
-    for org, proposal in proposals.items():
-        too_many = len(proposal) > consensus.top_n
-        too_rare = [t for t, c in proposal.items() if c <= consensus.min_count]
+        offers[org] = dict(zip(terms, counts, strict=True))
+    for org, offer in offers.items():
+        too_many = len(offer) > consensus.top_n
+        too_rare = [] if noised else [t for t, c in offer.items() if c <= consensus.min_count]  # noise blurs T
         if too_many or too_rare:  # the privacy boundary is enforced where it is checked, not trusted
             raise FederationError(
-                f"stage 'vocabulary': {org} proposed {len(proposal)} terms (at most top_n = {consensus.top_n}) "
+                f"stage 'vocabulary': {org} proposed {len(offer)} terms (at most top_n = {consensus.top_n}) "
                 f"with {len(too_rare)} at or below min_count = {consensus.min_count}"
             )
-    vocabulary = agree_on_vocabulary(proposals, consensus).vocabulary  # the Kedro consensus node's function
-    logger.info("common vocabulary (%s): %d terms", consensus.merge, len(vocabulary))
+    selection = select_vocabulary(offers, consensus, privacy)  # the Kedro consensus node's function
+    reveals: dict[str, dict[str, list[str]]] = {}
+    if secure:
+        request = {**payload, "step": REVEAL, "hashes": selection.request}
+        opened = engine.query(VOCABULARY, {org: request for org in organisations})
+        for org in organisations:
+            hashes, terms, openings = (list(opened[org].get(k, [])) for k in ("hashes", "terms", "openings"))
+            if not len(hashes) == len(terms) == len(openings):
+                raise FederationError(f"stage 'vocabulary': {org} revealed {len(hashes)} digests, {len(terms)} terms")
+            reveals[org] = {d: [t, o] for d, t, o in zip(hashes, terms, openings, strict=True)}
+    try:
+        vocabulary = complete_vocabulary(selection, offers, reveals).vocabulary
+    except VocabularyPrivacyError as exc:
+        raise FederationError(f"stage 'vocabulary': {exc}") from exc
+    logger.info(
+        "common vocabulary (%s): %d terms%s",
+        consensus.merge,
+        len(vocabulary),
+        f" (keyed: the server read only these; privacy.vocab_k = {privacy.vocab_k})" if secure else "",
+    )
     return vocabulary
 
 
@@ -185,10 +227,12 @@ def run_federation(
         validation_capacity=held,
         sample=client_sample(organisations, config.aggregation.client_fraction, config.seed),
     )
+    if scenario == "federated":  # the references (pooled, each alone) train without a defence
+        apply_privacy(server, config, len(organisations), name)
     checkpoints = Checkpoints(config, name, organisations, terms, prepared) if config.checkpoint_every else None
     if checkpoints is not None:
         if local_rounds:  # clients with local parameters keep copies of them under this job's name
-            server.context = {"job": checkpoints.path.stem, "checkpointed": 0}
+            server.context = {**server.context, "job": checkpoints.path.stem, "checkpointed": 0}
         checkpoints.resume(server)
 
     def observe(server: FederatedServer) -> None:

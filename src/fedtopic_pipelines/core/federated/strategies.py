@@ -122,6 +122,11 @@ class FedSGD:
 
     kind = UpdateKind.GRADIENTS
     convergence_metric = "relative_change"
+    # privacy (core/privacy/defences.py): set by the federation when ``privacy`` asks for DP or a
+    # robust rule; None is the weighted mean. ``round`` is the round last instructed, which the
+    # next aggregate() closes (server noise is seeded by it).
+    reducer: Any = None
+    round: int = 0
 
     def __init__(
         self,
@@ -148,7 +153,17 @@ class FedSGD:
         return _norm({k: after[k] - before[k] for k in before}) / max(_norm(before), 1e-12)
 
     def instruction(self, round_: int) -> Instruction:
+        self.round = round_
         return Instruction(round_, self.parameters(), {"action": self.kind.value})
+
+    def reduce(
+        self, updates: list[Update], reference: Mapping[str, torch.Tensor] | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """The round's aggregate of the accepted updates: the weighted mean (eq. 2), or what
+        ``privacy`` asks for (``reducer``), with what it records."""
+        if self.reducer is None:
+            return weighted_mean([u.tensors for u in updates], [u.num_examples for u in updates]), {}
+        return self.reducer(updates, reference, self.round)
 
     def evaluation_instruction(self, round_: int) -> Instruction:
         """Ask clients to validate the global model: its shared weights *and* running statistics
@@ -180,7 +195,7 @@ class FedSGD:
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         weights = [u.num_examples for u in updates]
-        grads = weighted_mean([u.tensors for u in updates], weights)
+        grads, recorded = self.reduce(updates)
         before = {k: p.detach().clone() for k, p in self.params.items()} if measure else None
         self.optimizer.zero_grad(set_to_none=True)
         for name, param in self.params.items():
@@ -189,8 +204,8 @@ class FedSGD:
         if self.statistics is not None:
             self.statistics.apply(weighted_mean([u.statistics for u in updates], weights))
         if before is None:
-            return {}
-        return {self.convergence_metric: self.relative_change(before)}
+            return recorded
+        return {**recorded, self.convergence_metric: self.relative_change(before)}
 
 
 class SparseRowsSGD(FedSGD):
@@ -333,7 +348,7 @@ class FedOpt(FedSGD):
         self.steps = int(state["steps"])
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
-        mean = weighted_mean([u.tensors for u in updates], [u.num_examples for u in updates])
+        mean, recorded = self.reduce(updates, self.parameters())
         before = {k: p.detach().clone() for k, p in self.params.items()} if measure else None
         self.steps += 1
         with torch.no_grad():
@@ -362,8 +377,8 @@ class FedOpt(FedSGD):
             if self.project is not None:
                 self.project(self.params)
         if before is None:
-            return {}
-        return {self.convergence_metric: self.relative_change(before)}
+            return recorded
+        return {**recorded, self.convergence_metric: self.relative_change(before)}
 
 
 class SummedStatistics(FedSGD):

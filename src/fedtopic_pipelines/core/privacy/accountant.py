@@ -10,11 +10,19 @@ here computes a privacy bound by hand.
 
 The adjacency is the paper's: two datasets differ in one word occurrence of one document
 (``ADD_OR_REMOVE_ONE``). docs/pctd.md says what that protects and what it does not.
+
+Client-level DP for the gradient and weight families (issue 19, docs/privacy.md) asks the same
+functions with ``sampling`` q < 1 when only a share of the organisations trains in each round:
+each iteration is then a Poisson-sampled Gaussian mechanism (dp-accounting's
+``PoissonSampledDpEvent``), the usual amplification by sampling; the rounds sample a fixed number
+floor(C K) of organisations, which the Poisson event approximates, as Flower's and Opacus's
+accountants do.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import sys
 from dataclasses import asdict, dataclass
@@ -46,6 +54,7 @@ class PrivacySpent:
     sensitivity: float
     epsilon_rdp: float
     epsilon_pld: float
+    sampling: float = 1.0
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}
@@ -73,14 +82,25 @@ def _library() -> Any:
     from absl import logging as absl_logging
 
     handler = absl_logging.get_absl_handler().python_handler
+    # With Poisson sampling the RDP accountant warns once per fractional order it drops while
+    # calibrating (dozens per call); the orders it keeps still bound epsilon. Errors still show.
+    logging.getLogger("absl").setLevel(logging.ERROR)
     if handler.stream is not sys.__stderr__:
         handler.stream = sys.__stderr__
     return dp_accounting
 
 
-def _event(noise_multiplier: float, steps: int) -> Any:
+def check_sampling(sampling: float) -> None:
+    if not (0.0 < sampling <= 1.0):
+        raise ConfigError(f"the sampling rate is {sampling}; it must lie in (0, 1]")
+
+
+def _event(noise_multiplier: float, steps: int, sampling: float = 1.0) -> Any:
     dp = _library()
-    return dp.SelfComposedDpEvent(dp.GaussianDpEvent(noise_multiplier), steps)
+    event = dp.GaussianDpEvent(noise_multiplier)
+    if sampling < 1.0:
+        event = dp.PoissonSampledDpEvent(sampling, event)
+    return dp.SelfComposedDpEvent(event, steps)
 
 
 def _rdp() -> Any:
@@ -92,43 +112,53 @@ def _pld(sigma: float) -> Any:
 
 
 @functools.lru_cache(maxsize=256)  # pure; every party, round and model of a run asks the same few
-def gaussian_privacy(sigma: float, steps: int, delta: float, sensitivity: float = 1.0) -> PrivacySpent:
+def gaussian_privacy(
+    sigma: float, steps: int, delta: float, sensitivity: float = 1.0, sampling: float = 1.0
+) -> PrivacySpent:
     """The (epsilon, delta) of ``steps`` Gaussian mechanisms with noise standard deviation
-    ``sensitivity * sigma`` on a query of L2 sensitivity ``sensitivity`` (noise multiplier sigma)."""
+    ``sensitivity * sigma`` on a query of L2 sensitivity ``sensitivity`` (noise multiplier sigma),
+    each on a Poisson sample of rate ``sampling`` (1: everyone, every iteration)."""
     check_sigma(sigma)
     check_delta(delta)
+    check_sampling(sampling)
     if steps < 0:
         raise ConfigError(f"the number of iterations is {steps}; it must be >= 0")
     if sensitivity <= 0:
         raise ConfigError(f"the sensitivity is {sensitivity}; it must be > 0")
     if steps == 0:
-        return PrivacySpent(sigma, steps, delta, sensitivity, 0.0, 0.0)
+        return PrivacySpent(sigma, steps, delta, sensitivity, 0.0, 0.0, sampling)
     if sigma == 0:
-        return PrivacySpent(sigma, steps, delta, sensitivity, math.inf, math.inf)
+        return PrivacySpent(sigma, steps, delta, sensitivity, math.inf, math.inf, sampling)
     accountants = {"rdp": _rdp(), "pld": _pld(sigma)}
     epsilons = {}
     for name, accountant in accountants.items():
-        accountant.compose(_event(sigma, steps))
+        accountant.compose(_event(sigma, steps, sampling))
         epsilons[name] = float(accountant.get_epsilon(delta))
-    return PrivacySpent(sigma, steps, delta, sensitivity, epsilons["rdp"], epsilons["pld"])
+    return PrivacySpent(sigma, steps, delta, sensitivity, epsilons["rdp"], epsilons["pld"], sampling)
 
 
-def rdp_epsilon(sigma: float, steps: int, delta: float) -> float:
+def rdp_epsilon(sigma: float, steps: int, delta: float, sampling: float = 1.0) -> float:
     """The RDP accountant's epsilon alone (a few milliseconds: the per-round privacy curve)."""
     check_sigma(sigma)
     check_delta(delta)
+    check_sampling(sampling)
     if steps <= 0:
         return 0.0
     if sigma == 0:
         return math.inf
     accountant = _rdp()
-    accountant.compose(_event(sigma, steps))
+    accountant.compose(_event(sigma, steps, sampling))
     return float(accountant.get_epsilon(delta))
 
 
 @functools.lru_cache(maxsize=64)  # a bisection of accountants: every party asks for it every round
 def sigma_for_epsilon(
-    target_epsilon: float, steps: int, delta: float, accountant: str = "rdp", max_sigma: float = 1e4
+    target_epsilon: float,
+    steps: int,
+    delta: float,
+    accountant: str = "rdp",
+    max_sigma: float = 1e4,
+    sampling: float = 1.0,
 ) -> float:
     """The smallest noise multiplier whose ``steps`` compositions are (target_epsilon, delta)-DP
     by ``accountant`` (rdp or pld), by dp-accounting's own calibration (a bisection). PLD's is
@@ -140,23 +170,28 @@ def sigma_for_epsilon(
         raise ConfigError(f"the number of iterations is {steps}; a target epsilon needs at least one")
     if accountant not in ("rdp", "pld"):
         raise ConfigError(f"parameter 'accountant' is {accountant!r}; expected one of ['pld', 'rdp']")
+    check_sampling(sampling)
     check = _rdp()
-    check.compose(_event(max_sigma, steps))
+    check.compose(_event(max_sigma, steps, sampling))
     if check.get_epsilon(delta) > target_epsilon:
         raise ConfigError(
             f"parameter 'target_epsilon' is {target_epsilon}: no noise multiplier up to {max_sigma:g} reaches it "
             f"over {steps} iterations at delta {delta:g}; raise the target or lower the iterations"
         )
-    sigma = _calibrate(_rdp, target_epsilon, steps, delta, 1e-3, max_sigma)
+    sigma = _calibrate(_rdp, target_epsilon, steps, delta, 1e-3, max_sigma, sampling)
     if accountant == "rdp":
         return sigma
     low = sigma / 10
-    return _calibrate(lambda: _pld(low), target_epsilon, steps, delta, low, sigma)
+    return _calibrate(lambda: _pld(low), target_epsilon, steps, delta, low, sigma, sampling)
 
 
-def _calibrate(make, target_epsilon: float, steps: int, delta: float, low: float, high: float) -> float:
+def _calibrate(
+    make, target_epsilon: float, steps: int, delta: float, low: float, high: float, sampling: float = 1.0
+) -> float:
     dp = _library()
     bracket = dp.ExplicitBracketInterval(low, high)
     return float(
-        dp.calibrate_dp_mechanism(make, lambda sigma: _event(sigma, steps), target_epsilon, delta, bracket, tol=1e-6)
+        dp.calibrate_dp_mechanism(
+            make, lambda sigma: _event(sigma, steps, sampling), target_epsilon, delta, bracket, tol=1e-6
+        )
     )
