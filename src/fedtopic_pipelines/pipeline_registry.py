@@ -16,7 +16,7 @@ from kedro.pipeline import Pipeline
 from fedtopic_pipelines.core.config import ConfigError
 
 CORPORA = ("demo", "wikipedia", "s2orc", "table", "archives", "synthetic")
-DEFAULT_CHAIN = ("ingest", "preprocess", "vocab_consensus", "embed", "train", "evaluate")
+DEFAULT_CHAIN = ("ingest", "preprocess", "vocab_consensus", "embed", "train", "evaluate", "privacy")
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,7 @@ def register_pipelines() -> Mapping[str, Pipeline]:
         "embed": lambda: _module("embed").create_pipeline(orgs),
         "train": lambda: _module("train").create_pipeline(orgs),
         "evaluate": lambda: _module("evaluate").create_pipeline(orgs),
+        "privacy": lambda: _module("privacy").create_pipeline(orgs),
         "synthetic": lambda: _module("synthetic").create_pipeline(),
         "word2vec": lambda: _module("word2vec").create_pipeline(orgs),
     }

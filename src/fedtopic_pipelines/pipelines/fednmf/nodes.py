@@ -37,6 +37,7 @@ from fedtopic_pipelines.core.metrics.coherence import (
     sum_counts,
 )
 from fedtopic_pipelines.core.metrics.topics import top_words
+from fedtopic_pipelines.core.parameters import with_privacy
 from fedtopic_pipelines.core.training import compute_threads
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
@@ -51,13 +52,18 @@ def _model_key(method: str, topics: int) -> str:
 
 
 def run_fednmf(
-    params: dict[str, Any], organisations: list[str], common_vocabulary: pd.DataFrame, **bows: BowCorpus
+    params: dict[str, Any],
+    organisations: list[str],
+    common_vocabulary: pd.DataFrame,
+    privacy: dict[str, Any] | None = None,
+    **bows: BowCorpus,
 ) -> dict[str, Any]:
     """Every method of ``fednmf.methods`` at every number of ``fednmf.topics`` (Tables III-IV, Fig. 2
     and Fig. 3's curves) and the heterogeneity sweep (Fig. 4), scored by WE coherence and the
     SVM; returns the rows, each model's top words (the candidates the organisations count)
-    and the curves, as JSON."""
+    and the curves, as JSON. ``privacy`` (the top-level block) applies to the federated methods."""
     run = from_mapping(FedNMFRunConfig, params, "fednmf")
+    run = run.replace(train=with_privacy(run.train, privacy, "fednmf.train"))
     terms = common_vocabulary["term"].tolist()
     require_same(
         "vocabulary",

@@ -18,6 +18,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                 inputs={
                     "params": "params:fednmf",
                     "organisations": "params:organisations",
+                    "privacy": "params:privacy",
                     "common_vocabulary": "common_vocabulary",
                     **{org: client(org, "bow") for org in organisations},
                 },

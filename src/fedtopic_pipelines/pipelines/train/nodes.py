@@ -11,6 +11,7 @@ from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, WORD_FAMILIES, C
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.parameters import with_privacy
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
@@ -23,6 +24,7 @@ def train_models(
     preprocess_params: dict[str, Any],
     consensus_params: dict[str, Any],
     common_vocabulary: pd.DataFrame,
+    privacy: dict[str, Any] | None = None,
     **inputs: BowCorpus | DocumentEmbeddings,
 ) -> tuple[dict[str, TrainedModel], dict[str, Any], dict[str, Any]]:
     """Train the configured scenarios on each organisation's training split (``inputs``: each
@@ -35,8 +37,9 @@ def train_models(
     process. Returns the models, the full per-round history (JSON) and a thinned history for
     MLflow (every ``mlflow_every``-th round, to keep the tracking store fast; the catalog
     prefixes its keys with ``train.``), with the rounds an organisation was left out of.
+    ``privacy`` (the top-level block) applies to the federated scenario (docs/privacy.md).
     """
-    config = TrainConfig.from_params(params)
+    config = with_privacy(TrainConfig.from_params(params), privacy)
     if config.model.family in WORD_FAMILIES:
         raise ConfigError(
             f"parameter 'train.model.family' is {config.model.family!r}, a word-vector family: it trains with "

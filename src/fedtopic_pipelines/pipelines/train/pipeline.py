@@ -13,6 +13,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                 train_models,
                 inputs={
                     "params": "params:train",
+                    "privacy": "params:privacy",
                     "organisations": "params:organisations",
                     "preprocess_params": "params:preprocess",
                     "consensus_params": "params:vocab_consensus",
