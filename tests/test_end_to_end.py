@@ -80,6 +80,24 @@ def test_smoke_run_writes_metrics_and_figure(smoke_run: Path) -> None:
     assert report["kept"]["computers"] == {"train": 150, "test": 60}
 
 
+def test_smoke_run_writes_the_privacy_report(smoke_run: Path) -> None:
+    """Issue 19: the defences as set, the membership audit of every ProdLDA model against each
+    organisation's held-out documents, and the pooled quality beside it."""
+    report = json.loads((smoke_run / "data/08_reporting/privacy.json").read_text())
+    assert report["defences"]["robust_rule"] == "mean" and report["defences"]["dp"]["level"] == "off"
+    assert report["epsilon"] == {}  # no DP, no epsilon (never a made-up one)
+    federated = report["attacks"]["membership"]["federated"]
+    assert 0.0 <= federated["pooled"]["auc"] <= 1.0
+    assert set(federated["per_organisation"]) == {
+        "computers",
+        "recreation",
+        "science",
+        "politics_religion",
+        "misc_forsale",
+    }
+    assert report["quality"]["federated"]["c_npmi"] is not None
+
+
 def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smoke_run: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -98,6 +116,8 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     assert run.data.params["train.model.n_topics"] == "5"
     assert run.data.params["vocab_consensus.merge"] == "union"
     assert "eval.scenario.federated.c_npmi" in run.data.metrics
+    assert "privacy.federated.membership_auc" in run.data.metrics
+    assert run.data.params["privacy.robust_rule"] == "mean"
     assert run.data.metrics["ingest.kept.computers.train"] == 150
     history = client.get_metric_history(run.info.run_id, "train.federated.loss")
     assert [m.step for m in history] == [0, 5, 10, 15, 20, 25, 29]
@@ -109,6 +129,7 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
         "metrics.json",
         "training_history.json",
         "ingestion_demo.json",
+        "privacy.json",
     } <= artifacts
 
 

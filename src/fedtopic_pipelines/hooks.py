@@ -56,8 +56,17 @@ class ValidateParametersHook:
                     f"parameter '{key}' cannot be changed with --params: it shapes the pipelines "
                     f"(one namespace per organisation); set it in conf/<env>/parameters.yml and use --env"
                 )
-        validate_parameters(params)
+        self.config = validate_parameters(params)
         logger.debug("parameters validated")
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        """The privacy switch against the families the named pipelines train (issue 19)."""
+        from fedtopic_pipelines.core.parameters import check_privacy
+
+        config = getattr(self, "config", None)
+        if config is not None:
+            check_privacy(config, run_params.get("pipeline_names"))
 
 
 def default_env() -> str:

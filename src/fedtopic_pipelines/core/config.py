@@ -649,9 +649,8 @@ class DPConfig(ConfigModel):
     weights minus the broadcast ones) to L2 norm ``clip`` and adds Gaussian noise of std
     ``noise_multiplier`` x ``clip`` to their sum (DP-FedAvg, McMahan et al. 2018; Flower's
     DifferentialPrivacy*FixedClipping); the server then divides by the number of updates, so
-    every organisation weighs the same. ``sample`` (DP-SGD, Abadi et al. 2016) clips each
-    document's gradient inside the organisation and adds the noise there; only families
-    without batch coupling allow it (normalization ``layer`` or ``none``).
+    every organisation weighs the same. Sample-level DP-SGD (per-document clipping) is not
+    offered yet (docs/privacy.md says what it would need, and why not with BatchNorm).
 
     ``noise_at`` (client level): ``clients`` each organisation adds its share of the noise,
     N(0, (sigma C)^2 / m) for m organisations, before sending, so no single update leaves in
@@ -664,7 +663,7 @@ class DPConfig(ConfigModel):
 
     block: ClassVar[str] = "privacy.dp"
 
-    level: Literal["off", "client", "sample"] = "off"
+    level: Literal["off", "client"] = "off"
     noise_at: Literal["clients", "server"] = "clients"
     clip: PositiveFloat = 1.0
     noise_multiplier: NonNegativeFloat | None = None
@@ -881,18 +880,12 @@ class TrainConfig(ConfigModel):
                 "to the statistics ('train.model.sigma' / 'target_epsilon', accounted per round), and the server "
                 "sums them (a median is not a sum); secure aggregation applies"
             )
-        if privacy.dp.level == "sample":
-            if family == "nmf":
-                raise ValueError(
-                    "'privacy.dp.level' is 'sample' for nmf: a document's gradient reaches only its own row of W "
-                    "and H's shared columns through local epochs of projected steps; use level: client"
-                )
-            if normalization == "batch":
-                raise ValueError(
-                    "'privacy.dp.level' is 'sample' with 'train.model.normalization: batch': a document's gradient "
-                    "through BatchNorm depends on the whole batch, so per-document clipping bounds nothing; "
-                    "use normalization layer or none (docs/privacy.md)"
-                )
+        if privacy.dp.on and normalization == "batch":
+            raise ValueError(
+                "'privacy.dp' is on with 'train.model.normalization: batch': each organisation would also send its "
+                "batch's BatchNorm means and variances, in the clear and outside what the accountant bounds; use "
+                "normalization layer or none (docs/privacy.md)"
+            )
         if privacy.secure_aggregation and self.engine != "flower":
             raise ValueError(
                 "'privacy.secure_aggregation' is true with 'train.engine: in_process': SecAgg+ is Flower's "

@@ -8,7 +8,7 @@ the same parameter dictionary ``kedro run`` sees (an environment over ``base``, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,8 +50,10 @@ BLOCKS: dict[str, type[ConfigModel]] = {
     "pctd": PCTDRunConfig,
     "privacy": PrivacyConfig,
 }
-# blocks whose ``train`` the top-level ``privacy`` applies to (the main ``train`` block itself, too)
+# pipelines whose own block's ``train`` the top-level ``privacy`` applies to; every other
+# pipeline that trains (the default chain, ``train``, ``realdata``) trains the ``train`` block
 TRAINED = ("word2vec", "fednmf", "pctd")
+TRAINS_MAIN = ("__default__", "train", "realdata")
 SCALARS = ("corpus", "organisations")
 SYNTHETIC = "synthetic"
 KNOWN = (*SCALARS, *BLOCKS, SYNTHETIC)
@@ -97,15 +99,23 @@ def validate_parameters(params: Mapping[str, Any]) -> ProjectConfig:
         from fedtopic_pipelines.core.synthetic_experiment import SyntheticExperimentConfig
 
         synthetic = SyntheticExperimentConfig.from_params(params[SYNTHETIC] or {})
-    privacy = blocks.get("privacy")
-    if privacy is not None:  # the privacy switch must fit every family the parameters train
-        if "train" in blocks:
-            blocks["train"] = with_privacy(blocks["train"], privacy, "train")
-        for name in TRAINED:
-            if name in blocks:
-                with_privacy(blocks[name].train, privacy, f"{name}.train")
     corpus = params.get("corpus")
     return ProjectConfig(None if corpus is None else str(corpus), list(organisations), blocks, synthetic)
+
+
+def check_privacy(config: ProjectConfig, pipelines: Sequence[str] | None) -> None:
+    """The ``privacy`` switch against the family each pipeline of the run trains (before any node
+    runs): ``kedro run --pipeline=word2vec`` with DP set is refused there, and the same DP on the
+    default chain's ProdLDA is not held against word2vec's block, which that run never reads."""
+    privacy = config.blocks.get("privacy")
+    if privacy is None:
+        return
+    names = set(pipelines or ["__default__"])
+    if names & set(TRAINS_MAIN):
+        with_privacy(config.train, privacy, "train")
+    for name in TRAINED:
+        if name in names and name in config.blocks:
+            with_privacy(config.blocks[name].train, privacy, f"{name}.train")
 
 
 def with_privacy(

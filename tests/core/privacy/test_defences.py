@@ -17,7 +17,7 @@ from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
 from fedtopic_pipelines.core.federated.site import MemoryEndpoint
-from fedtopic_pipelines.core.parameters import validate_parameters, with_privacy
+from fedtopic_pipelines.core.parameters import check_privacy, validate_parameters, with_privacy
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 from fedtopic_pipelines.core.privacy.defences import (
     DPPlan,
@@ -180,22 +180,26 @@ def test_a_minus_1000x_organisation_is_logged_and_a_robust_rule_outvotes_it(capl
         assert loss < honest + (poisoned - honest) / 4, rule
 
 
+def _check(params: dict, pipelines=None) -> None:
+    check_privacy(validate_parameters(params), pipelines)
+
+
 def test_impossible_combinations_are_refused_before_any_node_runs() -> None:
     with pytest.raises(ConfigError, match="secure aggregation shows the server only the sum"):
-        validate_parameters({"train": {}, "privacy": {"secure_aggregation": True, "robust_rule": "median"}})
+        _check({"train": {}, "privacy": {"secure_aggregation": True, "robust_rule": "median"}})
     with pytest.raises(ConfigError, match="privacy.dp.noise_multiplier"):
-        validate_parameters({"train": {}, "privacy": {"dp": {"level": "client"}}})
+        _check({"train": {}, "privacy": {"dp": {"level": "client"}}})
+    dp = {"dp": {"level": "client", "noise_multiplier": 1.0}}
     with pytest.raises(ConfigError, match="word2vec"):
-        validate_parameters({"word2vec": {}, "privacy": {"robust_rule": "krum"}})
+        _check({"train": {}, "word2vec": {}, "privacy": dp}, ["word2vec"])
+    _check({"train": {}, "word2vec": {}, "privacy": dp}, ["__default__"])  # word2vec's block is not trained
+    with pytest.raises(ConfigError, match="PC-TD's parties add their own"):
+        _check({"pctd": {}, "privacy": dp}, ["pctd"])
     with pytest.raises(ConfigError, match="BatchNorm"):
-        validate_parameters(
-            {
-                "train": {"model": {"normalization": "batch"}},
-                "privacy": {"dp": {"level": "sample", "noise_multiplier": 1.0}},
-            }
-        )
+        _check({"train": {"model": {"normalization": "batch"}}, "privacy": dp})
+    with pytest.raises(ConfigError, match="privacy.dp.level"):
+        _check({"train": {}, "privacy": {"dp": {"level": "sample", "noise_multiplier": 1.0}}})
     with pytest.raises(ConfigError, match="train.engine: flower"):
-        validate_parameters({"train": {}, "privacy": {"secure_aggregation": True}})
+        _check({"train": {}, "privacy": {"secure_aggregation": True}})
     with pytest.raises(ConfigError, match="privacy.robust_rule"):
-        validate_parameters({"train": {}, "privacy": {"robust_rule": "mode"}})
-    np.testing.assert_equal(validate_parameters({"train": {}, "privacy": {}}).train.privacy.robust_rule, "mean")
+        _check({"train": {}, "privacy": {"robust_rule": "mode"}})
