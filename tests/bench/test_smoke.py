@@ -37,7 +37,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
-    tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py"}
+    tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -168,3 +168,17 @@ def test_bench_pctd_smoke() -> None:
     out = run_bench("bench_pctd.py", "--smoke")
     assert "| gensim LdaModel, 1 pass |" in out and "(projected) |" in out and "(per entry) |" in out
     assert "M_t at V = 2000, K = 100: 1.6 MB as sent" in out
+
+
+def test_bench_privacy_smoke(tmp_path: Path) -> None:
+    """The attack table and the DP quality sweep on a tiny demo slice; the baseline leaks hold."""
+    import json
+
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    results, png = tmp_path / "privacy.json", tmp_path / "privacy.png"
+    out = run_bench("bench_privacy.py", "--quick", "--json", str(results), "--png", str(png))
+    assert "| prodlda | (a) first layer (exact zeros): P / R / AUC | 1.00 / 1.00 / 1.00 |" in out, out
+    assert "| word2vec | (b) U rows = centre words: P / R / AUC | 1.00 / 1.00 / 1.00 |" in out, out
+    assert "| sigma 1 | 1 |" in out and png.is_file()
+    saved = json.loads(results.read_text())
+    assert set(saved["attacks"]) == {"prodlda", "nmf", "word2vec"}

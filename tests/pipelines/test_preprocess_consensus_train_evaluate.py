@@ -33,6 +33,7 @@ def _raw(tables):
         **{f"clients.{o}.raw_documents": t for o, t in tables.items()},
         "params:train": TRAIN,
         "params:evaluate": EVAL,
+        "params:privacy": {},  # the vocabulary exchange reads it (plain: no vocab_k)
     }
 
 
@@ -64,7 +65,7 @@ def test_intersection_of_disjoint_vocabularies_is_an_error(tiny_raw_tables) -> N
     with pytest.raises(EmptyVocabularyError, match="intersection"):
         run_slice(
             vocab_consensus.create_pipeline(ORGS),
-            {**inputs, "params:vocab_consensus": {**VOCAB, "merge": "intersection"}},
+            {**inputs, "params:vocab_consensus": {**VOCAB, "merge": "intersection"}, "params:privacy": {}},
         )
 
 
@@ -74,7 +75,11 @@ def test_floors_that_empty_the_vocabulary_name_the_parameters(tiny_raw_tables) -
     with pytest.raises(EmptyVocabularyError, match="'vocab_consensus.min_organisations' = 2"):
         run_slice(
             vocab_consensus.create_pipeline(ORGS),
-            {**inputs, "params:vocab_consensus": {**VOCAB, "min_organisations": 2}},  # three disjoint vocabularies
+            {
+                **inputs,
+                "params:vocab_consensus": {**VOCAB, "min_organisations": 2},
+                "params:privacy": {},
+            },  # three disjoint vocabularies
         )
 
 
@@ -114,7 +119,13 @@ def test_full_chain_in_memory(tiny_raw_tables, tmp_path) -> None:
     assert all(n > VOCAB["min_count"] for o in ORGS for n in out[f"vocabulary_proposal__{o}"].values())
     assert len(proposed & set(out["clients.alpha.term_counts"])) < len(proposed)
     (merge,) = [n for n in pipe.nodes if n.name == "merge_vocabulary"]
-    assert set(merge.inputs) == {"params:vocab_consensus", *(f"vocabulary_proposal__{o}" for o in ORGS)}
+    assert set(merge.inputs) == {
+        "params:vocab_consensus",
+        "params:privacy",
+        *(f"{d}__{o}" for o in ORGS for d in ("vocabulary_proposal", "vocabulary_reveal")),
+    }
+    assert all(out[f"vocabulary_reveal__{o}"] == {} for o in ORGS)  # plain proposals: nothing to reveal
+    assert out["consensus_report"]["privacy"]["rare_term_attack"]["pooled"]["recall"] == 1.0  # all read in the clear
     assert out["clients.alpha.bow"].matrix.shape[1] == len(vocab)
     report = out["vectorize_report__alpha"]
     assert report["documents"]["train"] + report["documents"]["test"] == len(out["clients.alpha.bow"])

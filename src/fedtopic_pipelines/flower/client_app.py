@@ -11,6 +11,11 @@ A ClientApp may run in a fresh process for every message, so nothing is kept in 
 the run's ``prepare`` payload and the client's position (its batch and noise streams,
 the next round it expects) are kept in ``context.state`` (Flower keeps it per node and
 run), the data in the cache.
+
+Secure rounds (``privacy.secure_aggregation``) arrive as Flower's SecAgg+ messages of type
+``train``: the ``train`` handler runs under Flower's ``secaggplus_mod``, which answers the
+protocol's key stages itself and calls the handler only to get the update it then masks
+(``flower/secagg.py``). Every other message type passes the mod untouched.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from pathlib import Path
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.site import HELLO, PREPARE, VOCABULARY, FolderEndpoint
+from fedtopic_pipelines.flower import secagg
 from fedtopic_pipelines.flower.records import decode_config, encode_config, record_to_instruction, update_to_record
 
 logger = logging.getLogger(__name__)
@@ -93,6 +100,16 @@ def train_round(message: Message, context: Context) -> Message:
     update = endpoint.handle(instruction)
     context.state[CLIENT] = ArrayRecord(endpoint.client.state_dict())
     return Message(update_to_record(update), reply_to=message)
+
+
+@app.train(mods=[secaggplus_mod])
+def secure_train_round(message: Message, context: Context) -> Message:
+    """A secure round's update, which ``secaggplus_mod`` quantises and masks before it leaves the node."""
+    instruction = secagg.fitins_to_instruction(message.content)
+    endpoint = _endpoint(context, instruction.round)
+    update = endpoint.handle(instruction)
+    context.state[CLIENT] = ArrayRecord(endpoint.client.state_dict())
+    return Message(secagg.update_to_fitres(update, secagg.reduction(instruction), context), reply_to=message)
 
 
 for _kind in UpdateKind:  # train.gradients, train.weights, ...: whichever the family's strategy sends

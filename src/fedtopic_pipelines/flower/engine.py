@@ -11,6 +11,11 @@ The timeout also bounds the pull of a reply's arrays, without touching Flower: a
 killed while uploading leaves a reply whose arrays never arrive, and Flower's
 ``pull_messages`` retries that pull for minutes. ``exchange`` therefore pulls each reply
 in a worker thread of its own and stops waiting for them at the deadline (see its docstring).
+
+With ``privacy.secure_aggregation`` a training round is Flower's SecAgg+ instead
+(``flower/secagg.py``): four exchanges per round, and the server receives one aggregate
+update (client id ``secure_aggregate``), never an organisation's own. Validation rounds stay
+plain messages (a loss per organisation, no tensors).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from fedtopic_pipelines.flower.records import (
     instruction_to_record,
     record_to_update,
 )
+from fedtopic_pipelines.flower.secagg import SecAggSettings, secure_round
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +163,10 @@ class GridEngine:
     ``query`` carries a stage before training (``query.<action>`` messages); a node that does
     not answer it, or answers with an error, stops the federation naming the organisation.
     ``broadcast`` carries a round; a node that fails it is left out of that round.
+
+    With ``secagg`` (the settings of ``privacy.secagg``, when ``privacy.secure_aggregation`` is on)
+    every training round runs Flower's SecAgg+ workflow over the nodes. ``latencies`` holds each
+    round's seconds, ``messages`` each round's messages sent and replies received.
     """
 
     def __init__(
@@ -166,6 +176,7 @@ class GridEngine:
         timeout_s: float,
         poll_s: float = 0.01,
         stage_timeout_s: float = 1800.0,
+        secagg: SecAggSettings | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"the round timeout must be > 0 s, got {timeout_s}")
@@ -174,7 +185,9 @@ class GridEngine:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.stage_timeout_s = stage_timeout_s
+        self.secagg = secagg
         self.latencies: list[float] = []
+        self.messages: list[dict[str, int]] = []
 
     def query(self, action: str, payloads: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         nodes = {node: org for node, org in self.organisations.items() if org in payloads}
@@ -203,9 +216,16 @@ class GridEngine:
     def broadcast(self, instruction: Instruction, to: Sequence[str] | None = None) -> Replies:
         """One round's instruction to every node, or (client sampling) to the organisations in ``to``."""
         start = time.perf_counter()
-        content = instruction_to_record(instruction)
         kind = message_type(instruction)
         nodes = {n: o for n, o in self.organisations.items() if to is None or o in set(to)}
+        if self.secagg is not None and kind != "evaluate":
+            secure, counts = secure_round(
+                self.grid, nodes, instruction, self.secagg, kind, self.timeout_s, self.poll_s, exchange
+            )
+            self.latencies.append(time.perf_counter() - start)
+            self.messages.append({"secure": 1, **counts})
+            return secure
+        content = instruction_to_record(instruction)
         messages = [Message(content=content, dst_node_id=node, message_type=kind) for node in nodes]
         replies, missing = exchange(self.grid, messages, self.timeout_s, self.poll_s)
         failures = {self.organisations[node]: reason for node, reason in missing.items()}
@@ -224,4 +244,5 @@ class GridEngine:
             except Exception as exc:  # a reply no check foresaw is still only this organisation's failure
                 failures[org] = f"unreadable reply: {type(exc).__name__}: {exc}"
         self.latencies.append(time.perf_counter() - start)
+        self.messages.append({"secure": 0, "sent": len(messages), "received": len(replies), "stages": 1})
         return Replies(updates, failures)

@@ -30,6 +30,7 @@ from fedtopic_pipelines.core.federated.federation import FederationResult, run_f
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.flower.engine import GridEngine, exchange
 from fedtopic_pipelines.flower.records import decode_config
+from fedtopic_pipelines.flower.secagg import SecAggSettings
 
 logger = logging.getLogger(__name__)
 
@@ -121,17 +122,22 @@ def _order(named: dict[int, str], organisations: list[str]) -> dict[int, str]:
     return {by_name[o]: o for o in organisations}
 
 
-def connect(grid: Grid, organisations: list[str], cfg: FlowerConfig) -> GridEngine:
-    """Wait for every organisation's node, learn which is which, and return the engine over them."""
+def connect(
+    grid: Grid, organisations: list[str], cfg: FlowerConfig, secagg: SecAggSettings | None = None
+) -> GridEngine:
+    """Wait for every organisation's node, learn which is which, and return the engine over them
+    (with ``secagg``, one whose training rounds run Flower's SecAgg+)."""
     all_nodes = wait_for_nodes(grid, len(organisations), cfg.connect_timeout_s, cfg.poll_s)
     nodes = _order(_names(grid, all_nodes, cfg), organisations)
-    return GridEngine(grid, nodes, cfg.round_timeout_s, cfg.poll_s, stage_timeout_s=cfg.stage_timeout_s)
+    return GridEngine(
+        grid, nodes, cfg.round_timeout_s, cfg.poll_s, stage_timeout_s=cfg.stage_timeout_s, secagg=secagg
+    )
 
 
 def run_flower_federation(grid: Grid, job: Job) -> tuple[FederationResult, GridEngine]:
     """Consensus, preparation and training of ``job`` on the nodes of ``grid``."""
     preprocess, consensus, config = job.configs()
-    engine = connect(grid, job.organisations, config.flower)
+    engine = connect(grid, job.organisations, config.flower, SecAggSettings.of(config.privacy))
     result = run_federation(engine, job.organisations, config, preprocess=preprocess, consensus=consensus)
     return result, engine
 
@@ -144,6 +150,8 @@ def save_result(result: FederationResult, engine: GridEngine, folder: Path) -> N
     facts = {
         "nodes": {org: node for node, org in engine.organisations.items()},
         "latencies_s": list(engine.latencies),
+        "messages": list(engine.messages),
+        "secure_aggregation": engine.secagg is not None,
         "stages": {"prepare": result.prepared},
     }
     (folder / RUN_FILE).write_text(json.dumps(facts, indent=2))

@@ -192,7 +192,8 @@ def test_impossible_combinations_are_refused_before_any_node_runs() -> None:
     dp = {"dp": {"level": "client", "noise_multiplier": 1.0}}
     with pytest.raises(ConfigError, match="word2vec"):
         _check({"train": {}, "word2vec": {}, "privacy": dp}, ["word2vec"])
-    _check({"train": {}, "word2vec": {}, "privacy": dp}, ["__default__"])  # word2vec's block is not trained
+    layer = {"model": {"normalization": "layer"}}
+    _check({"train": layer, "word2vec": {}, "privacy": dp}, ["__default__"])  # word2vec's block is not trained
     with pytest.raises(ConfigError, match="PC-TD's parties add their own"):
         _check({"pctd": {}, "privacy": dp}, ["pctd"])
     with pytest.raises(ConfigError, match="BatchNorm"):

@@ -157,3 +157,58 @@ def test_vectorise_report_counts_tokens_outside_the_vocabulary_and_of_own_terms_
     }
     assert report["tokens"]["test"]["of_proposed_terms_left_out"] == 1
     assert report["proposed_terms_left_out"] == 2 and report["dropped_no_vocabulary_term"] == {"train": 1}
+
+
+# privacy.vocab_k / vocab_min_count with the floors (docs/vocabulary.md) ------------------------------
+
+PRIVATE = {
+    "a": {"shared": 30, "ab": 20, "solo_big": 60, "solo_small": 3},
+    "b": {"shared": 25, "ab": 2, "bsolo": 9},
+    "c": {"shared": 10},
+}
+
+
+def _privacy(**changes):
+    from fedtopic_pipelines.core.config import PrivacyConfig
+
+    return PrivacyConfig(**changes)
+
+
+def test_vocab_k_removes_terms_of_fewer_organisations_and_reports_them() -> None:
+    config = ConsensusConfig(top_n=10, min_count=0, merge="union")
+    consensus = agree_on_vocabulary(PRIVATE, config, _privacy(vocab_k=2))
+    assert consensus.vocabulary["term"].tolist() == ["shared", "ab"]
+    privacy = consensus.report["privacy"]
+    assert privacy["removed_by_vocab_k"] == {"terms": 3, "proposed_count": 60 + 3 + 9}
+    assert privacy["removed_by_vocab_k_only"] == privacy["removed_by_vocab_k"]  # no floor set
+    assert privacy["vocab_k"] == 2 and privacy["keyed"] is True
+    assert consensus.report["removed_by_floors"]["total"]["terms"] == 0
+
+
+def test_vocab_min_count_is_a_second_way_in_and_the_floors_still_apply() -> None:
+    config = ConsensusConfig(top_n=10, min_count=0, merge="union")
+    # k = 2 OR a summed count >= 50: the frequent one-organisation term passes
+    either = agree_on_vocabulary(PRIVATE, config, _privacy(vocab_k=2, vocab_min_count=50))
+    assert set(either.vocabulary["term"]) == {"shared", "ab", "solo_big"}
+    # the consensus floors are still required on top (both): min_total_count 25 drops ab (22)
+    both = agree_on_vocabulary(PRIVATE, config.replace(min_total_count=25), _privacy(vocab_k=2, vocab_min_count=50))
+    assert set(both.vocabulary["term"]) == {"shared", "solo_big"}
+    # a floor stricter than k: privacy removes nothing the floors keep
+    floors = agree_on_vocabulary(PRIVATE, config.replace(min_organisations=3), _privacy(vocab_k=2))
+    assert floors.vocabulary["term"].tolist() == ["shared"]
+    assert floors.report["privacy"]["removed_by_vocab_k_only"]["terms"] == 0
+
+
+def test_vocab_k_above_the_organisations_and_empty_results_name_privacy_vocab_k() -> None:
+    config = ConsensusConfig(top_n=10, min_count=0, merge="union")
+    with pytest.raises(EmptyVocabularyError, match=r"'privacy.vocab_k' is 4 but only 3"):
+        agree_on_vocabulary(PRIVATE, config, _privacy(vocab_k=4))
+    disjoint = {"a": {"x": 5}, "b": {"y": 5}}
+    with pytest.raises(EmptyVocabularyError, match=r"fewer than 'privacy.vocab_k' = 2"):
+        agree_on_vocabulary(disjoint, config, _privacy(vocab_k=2))
+
+
+def test_without_privacy_the_report_says_nothing_was_removed_by_it() -> None:
+    consensus = agree_on_vocabulary(PRIVATE, ConsensusConfig(top_n=10, min_count=0, merge="union"))
+    assert len(consensus.vocabulary) == 5
+    assert consensus.report["privacy"]["removed_by_vocab_k"] == {"terms": 0, "proposed_count": 0}

@@ -40,6 +40,7 @@ from fedtopic_pipelines.core.config import (
     ConsensusConfig,
     EmbeddingsConfig,
     PreprocessConfig,
+    PrivacyConfig,
     TrainConfig,
     from_mapping,
 )
@@ -56,6 +57,10 @@ from fedtopic_pipelines.core.federated.messages import Instruction, Update
 logger = logging.getLogger(__name__)
 
 HELLO, VOCABULARY, PREPARE = "hello", "vocabulary", "prepare"
+# the two steps of the VOCABULARY query (payload "step"): the offer (terms, or keyed digests, with
+# their counts), then, keyed, the reveal of the digests the server kept (docs/vocabulary.md)
+OFFER, REVEAL = "offer", "reveal"
+VOCABULARY_PRIVACY = ("vocab_k", "vocab_min_count", "vocab_keyed", "vocab_count_noise")  # what a node reads
 POOLED_STREAM = 1000  # the centralized trainer's seed stream (organisations use their index)
 
 
@@ -118,6 +123,30 @@ class Site:
         if self.name:
             logger.info("organisation %s proposes %d terms", self.name, len(proposal))
         return proposal
+
+    def offer(
+        self,
+        term_counts: Mapping[str, int],
+        consensus: ConsensusConfig,
+        privacy: PrivacyConfig | None,
+        key: bytes | None = None,
+        noise_secret: bytes | None = None,
+    ) -> dict[str, int]:
+        """What actually leaves it for the vocabulary under ``privacy``: its proposal, counts noised
+        (``vocab_count_noise``), as keyed digests (``vocab_k`` > 1 with ``vocab_keyed``)."""
+        from fedtopic_pipelines.core.vocab.consensus import offer_vocabulary
+
+        return offer_vocabulary(self.propose(term_counts, consensus), privacy, key, noise_secret)
+
+    def reveal(
+        self, term_counts: Mapping[str, int], consensus: ConsensusConfig, requested: Sequence[str], key: bytes
+    ) -> dict[str, list[str]]:
+        """The second step of the keyed exchange: its own terms (with their openings) among the
+        digests the server kept, recomputed from its counts; nothing else leaves."""
+        from fedtopic_pipelines.core.vocab.consensus import propose_terms, reveal_vocabulary
+
+        proposal = propose_terms(term_counts, consensus.top_n, consensus.min_count)
+        return reveal_vocabulary(proposal, requested, key)
 
     def embed(self, raw, doc_ids: Sequence[str], config: EmbeddingsConfig, cache_dir: Path):
         """Sentence embeddings of the documents ``doc_ids`` (their raw text, in that order),
@@ -250,13 +279,54 @@ class Endpoint:
         if action == HELLO:
             return {"organisation": self.name, "documents": self.documents()}
         if action == VOCABULARY:
-            preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
-            consensus = from_mapping(ConsensusConfig, payload.get("vocab_consensus"), "vocab_consensus")
-            proposal = self.proposal(preprocess, consensus)
-            return {"terms": list(proposal), "counts": [int(c) for c in proposal.values()]}
+            return self.vocabulary(payload)
         if action == PREPARE:
             return self.prepare(payload)
         raise ValueError(f"organisation '{self.name}' cannot answer the query '{action}'")
+
+    def vocabulary(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """The VOCABULARY query. ``step`` "offer" (the default; a payload without ``privacy`` is
+        the plain proposal): ``terms`` (or, keyed, ``hashes``) and ``counts``. ``step`` "reveal":
+        for the kept digests it holds among ``hashes``, ``hashes``, ``terms`` and ``openings``."""
+        from fedtopic_pipelines.core.vocab.consensus import keyed, offer_vocabulary, reveal_vocabulary
+
+        preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
+        consensus = from_mapping(ConsensusConfig, payload.get("vocab_consensus"), "vocab_consensus")
+        raw = payload.get("privacy")
+        privacy = None if raw is None else from_mapping(PrivacyConfig, raw, "privacy")
+        step = payload.get("step", OFFER)
+        secure = keyed(privacy)
+        if step == OFFER:
+            noise = privacy is not None and privacy.vocab_count_noise > 0
+            proposal = self.proposal(preprocess, consensus)
+            key = self.vocabulary_key() if secure else None
+            offer = offer_vocabulary(proposal, privacy, key, self.noise_secret() if noise else None)
+            if self.name:
+                logger.info("organisation %s offers %d %s", self.name, len(offer), "digests" if secure else "terms")
+            return {"hashes" if secure else "terms": list(offer), "counts": [int(c) for c in offer.values()]}
+        if step == REVEAL:
+            if not secure:
+                raise ValueError(f"organisation '{self.name}' was asked to reveal terms without a keyed exchange")
+            requested = payload.get("hashes")
+            if not isinstance(requested, list) or not all(isinstance(d, str) for d in requested):
+                raise ValueError(f"organisation '{self.name}': a reveal needs the list of kept digests ('hashes')")
+            opened = reveal_vocabulary(self.proposal(preprocess, consensus), requested, self.vocabulary_key())
+            return {
+                "hashes": list(opened),
+                "terms": [pair[0] for pair in opened.values()],
+                "openings": [pair[1] for pair in opened.values()],
+            }
+        raise ValueError(f"organisation '{self.name}': unknown vocabulary step {step!r} (expected 'offer' or 'reveal')")
+
+    def vocabulary_key(self) -> bytes:
+        """The organisations' shared key (``FEDTOPIC_VOCAB_KEY``): in this process, a public one if unset."""
+        from fedtopic_pipelines.core.privacy.vocabulary import vocabulary_key
+
+        return vocabulary_key(required=False)
+
+    def noise_secret(self) -> bytes:
+        """What seeds its count noise (never sent): in this process, the shared key."""
+        return self.vocabulary_key()
 
     def prepare(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         config = TrainConfig.from_params(payload["train"])
@@ -438,6 +508,16 @@ class FolderEndpoint(Endpoint):
             _, counts = self.preprocessed(preprocess)
         return self.site.propose(counts, consensus)
 
+    def vocabulary_key(self) -> bytes:
+        """The organisations' shared key: a node in its own process must have ``FEDTOPIC_VOCAB_KEY``."""
+        from fedtopic_pipelines.core.privacy.vocabulary import vocabulary_key
+
+        return vocabulary_key(required=True)
+
+    def noise_secret(self) -> bytes:
+        """Its count noise is seeded by its own secret (the other organisations cannot recompute it)."""
+        return self.secret()
+
     def secret(self) -> bytes:
         """This node's fingerprint key: random, made once, kept in its cache, never sent."""
         path = self.cache_dir / "fingerprint.key"
@@ -523,20 +603,28 @@ class FolderEndpoint(Endpoint):
 
 
 def run_sites(
-    raw: Mapping[str, Any], preprocess: PreprocessConfig, consensus: ConsensusConfig, train_texts: bool = False
+    raw: Mapping[str, Any],
+    preprocess: PreprocessConfig,
+    consensus: ConsensusConfig,
+    train_texts: bool = False,
+    privacy: PrivacyConfig | None = None,
 ):
     """Every organisation's steps in one process, as the Kedro pipelines chain them: preprocess,
-    propose, merge (the server's part), vectorise. Returns the common vocabulary and each
+    propose, the vocabulary exchange (the server's part; under ``privacy``, keyed and noised
+    as the pipeline does it), vectorise. Returns the common vocabulary and each
     organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests);
     with ``train_texts`` also each organisation's preprocessed training texts (token lists, for
     coherence), read before the token shards are discarded."""
     from fedtopic_pipelines.core.ingest.common import as_frame
-    from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
+    from fedtopic_pipelines.core.privacy.vocabulary import vocabulary_key
+    from fedtopic_pipelines.core.vocab.consensus import exchange_vocabulary, keyed
 
     sites = {org: Site(org) for org in raw}
     results = {org: sites[org].preprocess(table, preprocess) for org, table in raw.items()}
     proposals = {org: sites[org].propose(results[org].term_counts, consensus) for org in raw}
-    vocabulary = agree_on_vocabulary(proposals, consensus).vocabulary
+    secret = keyed(privacy) or (privacy is not None and privacy.vocab_count_noise > 0)
+    key = vocabulary_key(required=False) if secret else None
+    vocabulary = exchange_vocabulary(proposals, consensus, privacy, key)[0].vocabulary
     terms = vocabulary["term"].tolist()
     bows = {org: sites[org].vectorise(results[org].tokens, terms)[0] for org in raw}
     texts = {}

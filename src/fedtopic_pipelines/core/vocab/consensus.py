@@ -9,6 +9,16 @@ reaches ``min_total_count`` (1 and 0 turn each floor off). Both engines call
 :func:`agree_on_vocabulary`, so Kedro's consensus node and a Flower federation agree on
 the same terms. Each organisation then vectorises its own documents against the common
 vocabulary.
+
+Against an honest-but-curious server (``privacy.vocab_k``, ``vocab_min_count``,
+``vocab_keyed``, ``vocab_count_noise``; docs/vocabulary.md) the exchange has up to two
+steps: each organisation *offers* its proposal (counts possibly noised; with k > 1 and
+``vocab_keyed`` as keyed digests, ``core/privacy/vocabulary.py``), the server *selects* the
+tokens that pass the privacy rule and the floors, and, keyed, asks the organisations to
+*reveal* only those; it checks every reveal and then publishes the vocabulary. A term passes
+the privacy rule if at least k organisations hold it, or (``vocab_min_count`` m > 0) if its
+summed count reaches m; it must also pass both floors. :func:`exchange_vocabulary` plays the
+whole exchange in one process.
 """
 
 from __future__ import annotations
@@ -23,8 +33,17 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from fedtopic_pipelines.core.config import ConsensusConfig
+from fedtopic_pipelines.core.config import ConsensusConfig, PrivacyConfig
 from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
+from fedtopic_pipelines.core.privacy.vocabulary import (
+    VocabularyPrivacyError,
+    check_reveal,
+    noise_seed,
+    noisy_counts,
+    server_view,
+    term_digest,
+    term_opening,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -104,19 +123,51 @@ def apply_floors(table: pd.DataFrame, min_organisations: int, min_total_count: i
     return table.loc[~removed].reset_index(drop=True), report
 
 
-def agree_on_vocabulary(proposals: Mapping[str, Mapping[str, int]], config: ConsensusConfig) -> Consensus:
-    """The server's whole consensus: merge the proposals, then apply the floors.
+def keyed(privacy: PrivacyConfig | None) -> bool:
+    """Whether proposals travel as keyed digests: ``privacy.vocab_keyed`` with k > 1."""
+    return privacy is not None and privacy.vocab_k > 1 and privacy.vocab_keyed
 
-    Raises :class:`EmptyVocabularyError` naming the parameters to relax when nothing is left.
+
+def privacy_mask(table: pd.DataFrame, privacy: PrivacyConfig) -> pd.Series:
+    """The merged terms that pass the privacy rule: held by >= ``vocab_k`` organisations, or
+    (``vocab_min_count`` > 0) with a summed proposed count >= ``vocab_min_count``."""
+    passes = table["n_organisations"] >= privacy.vocab_k
+    if privacy.vocab_min_count > 0:
+        passes |= table["frequency"] >= privacy.vocab_min_count
+    return passes
+
+
+def agree_on_vocabulary(
+    proposals: Mapping[str, Mapping[str, int]], config: ConsensusConfig, privacy: PrivacyConfig | None = None
+) -> Consensus:
+    """The server's whole consensus: merge the proposals, then keep the terms that pass the
+    privacy rule (``privacy``; none: every term passes) and both floors.
+
+    The proposals' keys may be keyed digests (the first step of the keyed exchange): nothing
+    here reads a term. Raises :class:`EmptyVocabularyError` naming the parameters to relax when
+    nothing is left, or when ``vocab_k`` or ``min_organisations`` exceeds the organisations.
     """
+    privacy = privacy or PrivacyConfig()
+    if privacy.vocab_k > len(proposals):
+        raise EmptyVocabularyError(
+            f"parameter 'privacy.vocab_k' is {privacy.vocab_k} but only {len(proposals)} organisations propose "
+            f"terms: no term can be held by {privacy.vocab_k} organisations; lower it (at most {len(proposals)})"
+        )
     if config.min_organisations > len(proposals):
         raise EmptyVocabularyError(
             f"parameter 'vocab_consensus.min_organisations' is {config.min_organisations} but only "
             f"{len(proposals)} organisations propose terms: no term can pass; lower it"
         )
     merged = merge_vocabularies(proposals, config.merge)
-    vocabulary, removed = apply_floors(merged, config.min_organisations, config.min_total_count)
+    floored, removed = apply_floors(merged, config.min_organisations, config.min_total_count)
+    passes = privacy_mask(merged, privacy)
+    kept_by_floors = merged["term"].isin(set(floored["term"]))
+    vocabulary = merged.loc[passes & kept_by_floors].reset_index(drop=True)
     by_orgs = merged["n_organisations"].value_counts().sort_index()
+
+    def summary(mask: pd.Series) -> dict[str, int]:
+        return {"terms": int(mask.sum()), "proposed_count": int(merged.loc[mask, "frequency"].sum())}
+
     report: dict[str, Any] = {
         "merge": config.merge,
         "organisations": len(proposals),
@@ -125,6 +176,15 @@ def agree_on_vocabulary(proposals: Mapping[str, Mapping[str, int]], config: Cons
         "merged_terms_by_organisations": {str(int(k)): int(v) for k, v in by_orgs.items()},
         "floors": {"min_organisations": config.min_organisations, "min_total_count": config.min_total_count},
         "removed_by_floors": removed,
+        "privacy": {
+            "vocab_k": privacy.vocab_k,
+            "vocab_min_count": privacy.vocab_min_count,
+            "keyed": keyed(privacy),
+            "count_noise": privacy.vocab_count_noise,
+            # every term that fails the privacy rule, and those of them the floors would have kept
+            "removed_by_vocab_k": summary(~passes),
+            "removed_by_vocab_k_only": summary(~passes & kept_by_floors),
+        },
         "vocabulary_size": len(vocabulary),
         "vocabulary_proposed_count": int(vocabulary["frequency"].sum()),
     }
@@ -133,19 +193,143 @@ def agree_on_vocabulary(proposals: Mapping[str, Mapping[str, int]], config: Cons
             f"the floors removed all {len(merged)} terms of the {config.merge} of the organisations' vocabularies "
             f"({removed['min_organisations']['terms']} proposed by fewer than 'vocab_consensus.min_organisations' = "
             f"{config.min_organisations} organisations, {removed['min_total_count']['terms']} with a summed count "
-            f"below 'vocab_consensus.min_total_count' = {config.min_total_count}); lower one of them"
+            f"below 'vocab_consensus.min_total_count' = {config.min_total_count}, "
+            f"{int((~passes).sum())} held by fewer than 'privacy.vocab_k' = {privacy.vocab_k} organisations"
+            + (
+                f" with a summed count below 'privacy.vocab_min_count' = {privacy.vocab_min_count}"
+                if privacy.vocab_min_count
+                else ""
+            )
+            + "); lower one of them"
         )
-    if removed["total"]["terms"]:
+    if removed["total"]["terms"] or not passes.all():
         logger.info(
-            "vocabulary floors: %d of %d terms removed (%d by min_organisations = %d, %d by min_total_count = %d)",
-            removed["total"]["terms"],
+            "vocabulary floors: %d of %d terms removed (%d by min_organisations = %d, %d by min_total_count = %d, "
+            "%d by privacy.vocab_k = %d, %d of them by it alone)",
+            len(merged) - len(vocabulary),
             len(merged),
             removed["min_organisations"]["terms"],
             config.min_organisations,
             removed["min_total_count"]["terms"],
             config.min_total_count,
+            int((~passes).sum()),
+            privacy.vocab_k,
+            int((~passes & kept_by_floors).sum()),
         )
     return Consensus(vocabulary, report)
+
+
+# The exchange, step by step (docs/vocabulary.md) ------------------------------------------------
+
+
+def offer_vocabulary(
+    proposal: Mapping[str, int],
+    privacy: PrivacyConfig | None,
+    key: bytes | None = None,
+    noise_secret: bytes | None = None,
+) -> dict[str, int]:
+    """Organisation, step 1: what leaves it. Its proposal, counts noised when
+    ``vocab_count_noise`` > 0 (seeded by ``noise_secret`` and the proposal), terms replaced by
+    their keyed digests when :func:`keyed`. ``key``: the organisations' shared key."""
+    privacy = privacy or PrivacyConfig()
+    counts = {t: int(c) for t, c in proposal.items()}
+    if privacy.vocab_count_noise > 0:
+        secret = noise_secret if noise_secret is not None else key
+        if secret is None:
+            raise ValueError("'privacy.vocab_count_noise' > 0 needs a secret to seed the noise from")
+        counts = noisy_counts(counts, privacy.vocab_count_noise, noise_seed(secret, proposal))
+    if not keyed(privacy):
+        return counts
+    if key is None:
+        raise ValueError("'privacy.vocab_keyed' with vocab_k > 1 needs the organisations' key")
+    return {term_digest(key, t): c for t, c in counts.items()}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Server, step 2: the consensus over what was offered (digests, when keyed) and, keyed,
+    the digests the organisations must reveal (those of the vocabulary, nothing else)."""
+
+    consensus: Consensus
+    keyed: bool
+
+    @property
+    def request(self) -> list[str]:
+        return sorted(self.consensus.vocabulary["term"]) if self.keyed else []
+
+
+def select_vocabulary(
+    offers: Mapping[str, Mapping[str, int]], config: ConsensusConfig, privacy: PrivacyConfig | None = None
+) -> Selection:
+    """Server, step 2 (:class:`Selection`): the privacy rule and the floors on the offers."""
+    return Selection(agree_on_vocabulary(offers, config, privacy), keyed(privacy))
+
+
+def reveal_vocabulary(proposal: Mapping[str, int], requested: Iterable[str], key: bytes) -> dict[str, list[str]]:
+    """Organisation, step 3: for each requested digest of one of its own terms, the term and its
+    opening (the server checks one against the other); nothing for the digests of others."""
+    mine = {term_digest(key, t): t for t in proposal}
+    return {d: [mine[d], term_opening(key, mine[d])] for d in requested if d in mine}
+
+
+def complete_vocabulary(
+    selection: Selection,
+    offers: Mapping[str, Mapping[str, int]],
+    reveals: Mapping[str, Mapping[str, Sequence[str]]],
+) -> Consensus:
+    """Server, step 4: check every organisation's reveal (it opens exactly the requested digests
+    it offered, each to its own term; a lie is an error naming the organisation) and publish the
+    vocabulary in plain terms, in the order a plain consensus gives."""
+    consensus = selection.consensus
+    report = {**consensus.report, "terms_read_by_server": consensus.report["merged_terms"]}
+    if not selection.keyed:
+        return Consensus(consensus.vocabulary, report)
+    request = selection.request
+    terms: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for org, offer in offers.items():
+        for digest, term in check_reveal(org, request, offer, reveals.get(org, {})).items():
+            if term in owner and owner[term] != digest:
+                raise VocabularyPrivacyError(
+                    f"organisation '{org}' revealed the term of another digest: its key differs from the others'"
+                )
+            terms[digest], owner[term] = term, digest
+    table = consensus.vocabulary.assign(term=consensus.vocabulary["term"].map(terms))
+    table = table.sort_values(["frequency", "term"], ascending=[False, True], ignore_index=True)
+    report["terms_read_by_server"] = len(table)
+    return Consensus(table, report)
+
+
+def exchange_vocabulary(
+    proposals: Mapping[str, Mapping[str, int]],
+    config: ConsensusConfig,
+    privacy: PrivacyConfig | None = None,
+    key: bytes | None = None,
+    noise_secrets: Mapping[str, bytes] | None = None,
+) -> tuple[Consensus, dict[str, Any]]:
+    """The whole exchange in one process (every party is this process): offers, selection,
+    reveals, the vocabulary; returns it with the server's view (``core/privacy/vocabulary.py``
+    :func:`server_view`, what attack (d) reads). ``noise_secrets``: each organisation's noise
+    secret (default: ``key``)."""
+    noise_secrets = noise_secrets or {}
+    offers = {org: offer_vocabulary(p, privacy, key, noise_secrets.get(org, key)) for org, p in proposals.items()}
+    selection = select_vocabulary(offers, config, privacy)
+    reveals = (
+        {org: reveal_vocabulary(p, selection.request, key) for org, p in proposals.items()} if selection.keyed else {}
+    )
+    consensus = complete_vocabulary(selection, offers, reveals)
+    return consensus, view_of(selection, offers, reveals, consensus)
+
+
+def view_of(
+    selection: Selection,
+    offers: Mapping[str, Mapping[str, int]],
+    reveals: Mapping[str, Mapping[str, Sequence[str]]],
+    consensus: Consensus,
+) -> dict[str, Any]:
+    """The server's view of one exchange (offers, opened digests per organisation, vocabulary)."""
+    revealed = {org: {d: pair[0] for d, pair in r.items()} for org, r in reveals.items()}
+    return server_view(offers, selection.keyed, revealed, consensus.vocabulary["term"].tolist())
 
 
 @dataclass

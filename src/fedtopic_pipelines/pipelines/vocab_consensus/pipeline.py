@@ -2,37 +2,71 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.naming import shared
-from fedtopic_pipelines.pipelines.vocab_consensus.nodes import merge_vocabulary, propose_vocabulary, vectorize_documents
+from fedtopic_pipelines.pipelines.naming import client, shared
+from fedtopic_pipelines.pipelines.vocab_consensus.nodes import (
+    merge_vocabulary,
+    propose_vocabulary,
+    request_vocabulary,
+    reveal_vocabulary,
+    score_vocabulary_attack,
+    vectorize_documents,
+)
+
+PARAMS = {"consensus": "params:vocab_consensus", "privacy": "params:privacy"}
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
-    """Only ``vocabulary_proposal__<org>`` (top-N terms and counts) crosses to the server; the server's
-    ``consensus_report`` says what the floors removed."""
+    """Only ``vocabulary_proposal__<org>`` (top-N terms, or keyed digests, and counts) and, keyed,
+    ``vocabulary_reveal__<org>`` (the terms of the digests the server kept) cross to the server;
+    the server sends back ``vocabulary_request`` (those digests) and the vocabulary. The server's
+    ``consensus_report`` says what the floors and ``privacy.vocab_k`` removed, with attack (d)'s
+    score on its view, added by an audit node that reads every organisation's counts (the truth)."""
+    proposals = {shared("vocabulary_proposal", o): shared("vocabulary_proposal", o) for o in organisations}
+    reveals = {shared("vocabulary_reveal", o): shared("vocabulary_reveal", o) for o in organisations}
     server = Pipeline(
         [
             Node(
+                request_vocabulary,
+                inputs={**PARAMS, **proposals},
+                outputs="vocabulary_request",
+                name="request_vocabulary",
+            ),
+            Node(
                 merge_vocabulary,
-                inputs={
-                    "params": "params:vocab_consensus",
-                    **{o: shared("vocabulary_proposal", o) for o in organisations},
-                },
-                outputs=["common_vocabulary", "consensus_report"],
+                inputs={**PARAMS, **proposals, **reveals},
+                outputs=["common_vocabulary", "consensus_server_report", "vocabulary_server_view"],
                 name="merge_vocabulary",
-            )
+            ),
+            Node(
+                score_vocabulary_attack,
+                inputs={
+                    "report": "consensus_server_report",
+                    "view": "vocabulary_server_view",
+                    "consensus": "params:vocab_consensus",
+                    **{o: client(o, "term_counts") for o in organisations},
+                },
+                outputs="consensus_report",
+                name="score_vocabulary_attack",
+            ),
         ]
     )
-    client = Pipeline(
+    site = Pipeline(
         [
             Node(
                 propose_vocabulary,
-                inputs=["term_counts", "params:vocab_consensus"],
+                inputs=["term_counts", "params:vocab_consensus", "params:privacy"],
                 outputs="vocabulary_proposal",
                 name="propose_vocabulary",
             ),
             Node(
+                reveal_vocabulary,
+                inputs=["term_counts", "vocabulary_request", "params:vocab_consensus", "params:privacy"],
+                outputs="vocabulary_reveal",
+                name="reveal_vocabulary",
+            ),
+            Node(
                 vectorize_documents,
-                inputs=["tokens", "vocabulary", "vocabulary_proposal"],
+                inputs=["tokens", "vocabulary", "term_counts", "params:vocab_consensus"],
                 outputs=["bow", "vectorize_report"],
                 name="vectorize_documents",
             ),
@@ -40,12 +74,13 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
     )
     clients = [
         Pipeline(
-            client,
+            site,
             namespace=f"clients.{org}",
-            parameters={"vocab_consensus"},
-            inputs={"vocabulary": "common_vocabulary"},
+            parameters={"vocab_consensus", "privacy"},
+            inputs={"vocabulary": "common_vocabulary", "vocabulary_request": "vocabulary_request"},
             outputs={
                 "vocabulary_proposal": shared("vocabulary_proposal", org),
+                "vocabulary_reveal": shared("vocabulary_reveal", org),
                 "vectorize_report": shared("vectorize_report", org),
             },
         )
