@@ -88,6 +88,7 @@ def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal
             **{f"clients.{o}.raw_documents": t for o, t in tiny_raw_tables.items()},
             "params:preprocess": PREPROCESS,
             "params:vocab_consensus": consensus,
+            "params:privacy": {},
             "params:train": {},
             "params:evaluate": {},
         },

@@ -177,7 +177,7 @@ def run_federation(
     if vocabulary is None:
         if preprocess is None or consensus is None:
             raise ValueError("run_federation needs 'vocabulary', or 'preprocess' and 'consensus' to agree on one")
-        vocabulary = agree_vocabulary(engine, organisations, preprocess, consensus)
+        vocabulary = agree_vocabulary(engine, organisations, preprocess, consensus, config.privacy)
     terms = vocabulary["term"].tolist()
     payload: dict[str, Any] = {"train": config.to_params(), "terms": terms}
     if "frequency" in vocabulary:  # the consensus's summed counts (Word2Vec's noise and subsampling read them)
