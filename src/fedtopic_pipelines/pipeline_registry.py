@@ -45,7 +45,7 @@ def organisations_of(params: dict) -> list[str]:
     for org in orgs:
         if not str(org).isidentifier():
             raise ConfigError(f"parameter 'organisations': {org!r} is not a valid name (letters, digits, _)")
-    reserved = {"params", "models", "vocabulary", "organisations"}
+    reserved = {"params", "models", "vocabulary", "organisations", "secure_aggregate"}
     if reserved & set(orgs):
         raise ConfigError(f"parameter 'organisations': {sorted(reserved & set(orgs))} are reserved names")
     if len(set(orgs)) != len(orgs):

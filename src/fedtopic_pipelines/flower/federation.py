@@ -129,9 +129,7 @@ def connect(
     (with ``secagg``, one whose training rounds run Flower's SecAgg+)."""
     all_nodes = wait_for_nodes(grid, len(organisations), cfg.connect_timeout_s, cfg.poll_s)
     nodes = _order(_names(grid, all_nodes, cfg), organisations)
-    return GridEngine(
-        grid, nodes, cfg.round_timeout_s, cfg.poll_s, stage_timeout_s=cfg.stage_timeout_s, secagg=secagg
-    )
+    return GridEngine(grid, nodes, cfg.round_timeout_s, cfg.poll_s, stage_timeout_s=cfg.stage_timeout_s, secagg=secagg)
 
 
 def run_flower_federation(grid: Grid, job: Job) -> tuple[FederationResult, GridEngine]:

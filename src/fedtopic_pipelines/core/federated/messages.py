@@ -23,6 +23,9 @@ class UpdateKind(StrEnum):
     METRICS = "metrics"  # evaluation only: scalar metrics on local validation documents, no tensors
 
 
+# the client id of the one update a secure-aggregation round yields (the sum of the organisations'
+# updates, flower/secagg.py); no organisation may bear this name (pipeline_registry reserves it)
+SECURE_AGGREGATE = "secure_aggregate"
 EVALUATE = "evaluate"  # Instruction.config["action"]: validate the broadcast state, send only metrics
 
 
