@@ -88,6 +88,8 @@ def _args() -> argparse.Namespace:
     args.quality_model = {"n_topics": args.quality_topics, "hidden_sizes": [100, 100]}  # the base environment's
     if args.quick:
         args.quality_model = None
+        if args.png == parser.get_default("png"):  # a smoke plot never replaces the documented figure
+            args.png = ROOT / ".cache/bench/privacy_quality_quick.png"
         args.train_docs, args.test_docs, args.attack_rounds = 60, 30, 2
         args.train_rounds, args.quality_rounds, args.sigmas, args.nmf_rounds = 10, 10, [0.0, 1.0], 3
         if args.families == parser.get_default("families"):
@@ -165,9 +167,9 @@ class Demo:
 # -- runs ---------------------------------------------------------------------------------------
 
 
-def train_config(demo: Demo, family: str, rounds: int, privacy: dict | None = None, model: dict | None = None):
-    """The family's train block (the smoke environment's sizes, ``model`` changed), ``rounds`` FedSGD /
-    FedAvg rounds, federated only."""
+def train_config(demo: Demo, family: str, rounds: int, privacy: dict | None = None, changes: dict | None = None):
+    """The family's train block (the smoke environment's sizes, its model with ``changes``), ``rounds``
+    FedSGD / FedAvg rounds, federated only."""
     from fedtopic_pipelines.core.config import PrivacyConfig, TrainConfig
 
     base = demo.project.train
@@ -190,8 +192,8 @@ def train_config(demo: Demo, family: str, rounds: int, privacy: dict | None = No
         raw = {**demo.project.blocks["word2vec"].train.to_params(), **common}
         raw["model"] = {**raw["model"], "dimension": 16}
         raw["validation_fraction"] = 0.0
-    if model:
-        raw["model"] = {**raw["model"], **model}
+    if changes:
+        raw["model"] = {**raw["model"], **changes}
     config = TrainConfig.from_params(raw)
     if privacy:
         config = config.replace(privacy=PrivacyConfig.model_validate(privacy))
@@ -418,8 +420,9 @@ def run_family(demo: Demo, family: str, args: argparse.Namespace) -> dict[str, A
 # -- quality ------------------------------------------------------------------------------------
 
 
-def quality(demo: Demo, args: argparse.Namespace, clip: float) -> list[dict[str, Any]]:
-    """ProdLDA at each noise multiplier: epsilon, pooled NPMI, SVM macro-F1."""
+def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
+    """ProdLDA at each noise multiplier: epsilon, pooled NPMI, SVM macro-F1; and the clip C, the
+    median update norm of the run without DP (its first ``--attack-rounds`` rounds)."""
     import numpy as np
     import scipy.sparse as sp
     import torch
@@ -441,6 +444,7 @@ def quality(demo: Demo, args: argparse.Namespace, clip: float) -> list[dict[str,
     labels = np.concatenate([demo.test[o].labels for o in demo.orgs])
     settings: list[tuple[str, float | None]] = [("off", None), *((f"sigma {s:g}", s) for s in args.sigmas)]
     rows = []
+    clip = math.nan
     for name, sigma in settings:
         privacy = None
         if sigma is not None:
@@ -449,11 +453,13 @@ def quality(demo: Demo, args: argparse.Namespace, clip: float) -> list[dict[str,
         config = train_config(demo, "prodlda", args.quality_rounds, privacy, args.quality_model)
         started = time.perf_counter()
         try:
-            _, model = federate(demo, demo.matrices(), config, 0)
+            engine, model = federate(demo, demo.matrices(), config, args.attack_rounds if sigma is None else 0)
         except Exception as exc:
             logger.warning("quality %s: not run: %s", name, exc)
             rows.append({"setting": name, "sigma": sigma, "skipped": f"{type(exc).__name__}: {exc}"})
             continue
+        if sigma is None:
+            clip = median_norm(engine)
         topics = top_words(model.topic_word().numpy(), demo.terms, evaluate.top_words)
         candidates = CoherenceCandidates.from_topics(topics)
         counts = count_cooccurrences(texts, candidates, [context_of("c_npmi")])
@@ -475,7 +481,7 @@ def quality(demo: Demo, args: argparse.Namespace, clip: float) -> list[dict[str,
             }
         )
         logger.info("quality %s: epsilon %.4g, NPMI %s, macro-F1 %s", name, epsilon, npmi, f1)
-    return rows
+    return rows, clip
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -578,8 +584,7 @@ def main() -> None:
         except Exception as exc:
             logger.warning("%s: SKIPPED: %s: %s", family, type(exc).__name__, exc)
             results[family] = {"columns": {}, "skipped": f"{type(exc).__name__}: {exc}"}
-    clip = results.get("prodlda", {}).get("clip") or 1.0
-    rows = quality(demo, args, clip)
+    rows, clip = quality(demo, args)
     title = (
         f"ProdLDA, demo slice ({len(demo.orgs)} organisations, {args.train_docs} train docs each at most), "
         f"{args.quality_rounds} rounds, K = {args.quality_topics if args.quality_model else 'smoke'}, "

@@ -37,7 +37,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested = {"bench_training.py", "bench_synthetic.py", "bench_ingest.py", "diagnose_batchnorm_grouping.py"}
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
-    tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py"}
+    tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py", "bench_secagg.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -126,6 +126,13 @@ def test_demo_pooled_coherence_on_a_tiny_data_folder(tmp_path: Path) -> None:
 def test_bench_ingest_smoke(tmp_path: Path) -> None:
     run_bench("bench_ingest.py", "--smoke", "--workdir", str(tmp_path), "--skip", "profile")
     assert (tmp_path / "ingest.json").is_file()
+
+
+@pytest.mark.deployment
+def test_bench_secagg_smoke() -> None:
+    """One plain and one secure round on a loopback federation of 3 organisations."""
+    out = run_bench("bench_secagg.py", "--rounds", "1", "--organisations", "3", timeout=500)
+    assert "secure" in out and "plain" in out
 
 
 @pytest.mark.deployment
