@@ -111,11 +111,14 @@ def test_the_server_receives_no_organisations_update_only_their_weighted_mean(
         assert aggregate.client_id == SECURE_AGGREGATE
         assert aggregate.num_examples == sum(u.num_examples for _, u in clients)
         n = np.array([u.num_examples for _, u in clients], dtype=float)
-        exact = sum(w * _vector(u) for w, (_, u) in zip(n, clients, strict=True)) / n.sum()
+        # the weights as SecAgg+ quantises them (q_ratio / Q): within 0.5 / Q * max_weight of n
+        w = np.round(n / SETTINGS.max_weight * SETTINGS.quantization_range) / SETTINGS.quantization_range
+        exact = sum(wi * _vector(u) for wi, (_, u) in zip(w, clients, strict=True)) / w.sum()
         bound = quantisation_bound(SETTINGS, len(clients), n.sum(), "mean")
         error = np.abs(_vector(aggregate) - exact).max()
+        logger.info("round %d: max |secure - exact weighted mean| %.3g, bound %.3g", round_, error, bound)
         assert error <= bound, (round_, error, bound)
-        loss = sum(w * u.metrics["loss"] for w, (_, u) in zip(n, clients, strict=True)) / n.sum()
+        loss = sum(wi * u.metrics["loss"] for wi, (_, u) in zip(n, clients, strict=True)) / n.sum()
         assert aggregate.metrics["loss"] == pytest.approx(loss, abs=bound * secagg.METRIC_SCALE)
 
     # Nothing the server received is, or is near, one organisation's update
@@ -208,3 +211,24 @@ def test_loopback_secure_rounds_with_real_flower_processes(tiny_raw_tables, tmp_
     assert run["secure_aggregation"] and [m["sent"] for m in run["messages"]] == [12] * rounds
     assert [m["received"] for m in run["messages"]] == [12] * rounds
     assert_within_quantisation_bound(model.state, expected, rounds, lr)
+
+
+def test_with_dp_noise_at_the_clients_the_secure_mean_is_unweighted(tiny_raw_tables, tmp_path) -> None:
+    """Client-level DP calibrates its noise to the plain mean of the clipped updates: SecAgg+ then
+    weighs every organisation the same (weight 1), and the seeded noise makes the runs comparable."""
+    rounds, lr = 3, 0.1
+    model = {**TRAIN["model"], "normalization": "layer"}  # DP refuses BatchNorm's clear statistics
+    dp = {"dp": {"level": "client", "noise_multiplier": 0.5, "clip": 1.0}}
+    train = {**TRAIN, "model": model, "max_steps": rounds, "optimizer": {"name": "sgd", "lr": lr}}
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    plain, _ = run_flower_federation(
+        TransportGrid(client_app, node_configs(paths, tmp_path / "plain")),
+        job(list(paths), {**train, "privacy": dp}),
+    )
+    secure, _ = run_flower_federation(
+        TransportGrid(client_app, node_configs(paths, tmp_path / "secure")),
+        job(list(paths), secure_train(train, privacy={**dp, **SECURE})),
+    )
+    q = quantisation_bound(SETTINGS, 3, 3, "unweighted")  # weights 1 each: k (2 c / Q) max_weight / k
+    worst = max(float((secure.model.state[k] - plain.model.state[k]).abs().max()) for k in plain.model.state)
+    assert 0 < worst <= 2 * rounds * lr * q, (worst, q)

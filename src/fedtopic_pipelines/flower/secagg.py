@@ -21,7 +21,9 @@ of its coordinates the quantiser will clip) with FitRes ``num_examples`` the Sec
 * ``mean`` reduction (gradients, weights): weight = its example count, so Flower's result
   is the example-weighted mean (gFedNTM eq. 2) of every entry;
 * ``sum`` reduction (statistics, PC-TD): weight 1 for everyone and the metrics multiplied by
-  the count, so the result times the number of contributors is the sum.
+  the count, so the result times the number of contributors is the sum;
+* ``unweighted`` (client-level DP with the noise at the clients, whose noise is calibrated to
+  the plain mean of the clipped updates): weight 1, the metrics multiplied by the count.
 
 Its FitRes metrics (plaintext, as in every SecAgg+ deployment) carry only what the server
 needs to read the sum back: the update kind, the layout (names, dtypes, shapes), the metric
@@ -30,7 +32,7 @@ names and the example count. Per client the server sees no tensor value, no metr
 **What the server gets** (:class:`SecureReplies`): one :class:`Update` with client id
 :data:`SECURE_AGGREGATE`, the round's kind, the weighted mean (``mean``) or the sum
 (``sum``) of the tensors and statistics, the summed example count, and the example-weighted
-mean of each metric (the round's loss; never one organisation's). ``contributors`` names
+mean of each metric (the round's loss; never one organisation's); ``unweighted``: the plain mean. ``contributors`` names
 the organisations in the sum with their declared counts, so that the server can check each
 against what it declared when it prepared. Nodes that dropped out are ``failures``.
 
@@ -70,7 +72,8 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.serverapp import Grid
 
 from fedtopic_pipelines.core.federated.engine import FederationError
-from fedtopic_pipelines.core.federated.messages import Instruction, Replies, Update, UpdateKind
+from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Instruction, Replies, Update, UpdateKind
+from fedtopic_pipelines.core.privacy.defences import NOISE_KEYS
 from fedtopic_pipelines.flower.records import (
     ARRAYS,
     CONFIG,
@@ -85,12 +88,12 @@ from fedtopic_pipelines.flower.records import (
 
 logger = logging.getLogger(__name__)
 
-SECURE_AGGREGATE = "secure_aggregate"  # the client id of a round's one aggregate update
 SECURE_MESSAGE_TYPE = MessageType.TRAIN  # "train": the only type secaggplus_mod intercepts
 INSTRUCTION_KEY = "fedtopic.instruction"  # FitIns config: the instruction's config and layout, JSON
 META_KEY = "fedtopic.secagg"  # FitRes metrics: kind, layout, metric names, example count, JSON
 METRIC_SCALE = 256.0  # metrics enter the vector divided by this (a loss of hundreds must not clip)
-REDUCTION_KEY = "secagg.reduction"  # an instruction may ask for "mean" or "sum" explicitly
+REDUCTION_KEY = "secagg.reduction"  # an instruction may ask for "mean", "sum" or "unweighted" explicitly
+DP_NOISE_KEY = NOISE_KEYS[1]  # in an instruction's config: client-level DP with the noise at the clients
 STAGES = ("setup", "share keys", "collect masked vectors", "unmask")
 
 
@@ -143,12 +146,19 @@ class SecAggSettings:
         )
 
 
+REDUCTIONS = ("mean", "sum", "unweighted")
+
+
 def reduction(instruction: Instruction) -> str:
-    """``sum`` for sufficient statistics (they add), ``mean`` (example-weighted) otherwise."""
+    """``sum`` for sufficient statistics (they add); ``unweighted`` (every organisation's update
+    counts the same) under client-level DP with noise at the clients, whose noise is calibrated to
+    that mean; ``mean`` (example-weighted, gFedNTM eq. 2) otherwise."""
     explicit = instruction.config.get(REDUCTION_KEY)
-    if explicit in ("mean", "sum"):
+    if explicit in REDUCTIONS:
         return str(explicit)
-    return "sum" if instruction.config.get("action") == UpdateKind.STATISTICS.value else "mean"
+    if instruction.config.get("action") == UpdateKind.STATISTICS.value:
+        return "sum"
+    return "unweighted" if DP_NOISE_KEY in instruction.config else "mean"
 
 
 def quantisation_bound(settings: SecAggSettings, contributors: int, total_weight: float, reduce: str) -> float:
@@ -197,7 +207,8 @@ def update_to_fitres(update: Update, reduce: str, context: Context | None = None
     _, layout = pack({TENSORS: update.tensors, STATISTICS: update.statistics})
     values = [t.detach().cpu().double().reshape(-1) for t in (*update.tensors.values(), *update.statistics.values())]
     n = update.num_examples
-    scale = 1.0 if reduce == "mean" else float(n)  # sum: the server divides the summed metrics by the summed n
+    # weight 1 (sum, unweighted): the metrics go in times n, and the server divides their sum by the summed n
+    scale = 1.0 if reduce == "mean" else float(n)
     metrics = torch.tensor([float(v) * scale / METRIC_SCALE for v in update.metrics.values()], dtype=torch.float64)
     vector = torch.cat([*values, metrics]) if values else metrics
     weight = n if reduce == "mean" else 1
@@ -378,8 +389,10 @@ def _unflatten(vector: np.ndarray, meta: dict[str, Any], count: int, total: int,
         parts[group][name] = values[offset : offset + size].reshape(shape).to(getattr(torch, dtype)).clone()
         offset += size
     metrics_sum = values[offset : offset + len(metric_names)] * METRIC_SCALE
-    if reduce == "sum":
-        metrics_sum = metrics_sum / max(total, 1)  # sum of n_i m_i over the summed n
+    if reduce == "unweighted":
+        metrics_sum = metrics_sum * count / max(total, 1)  # Flower's mean of n_i m_i, times k, over the summed n
+    elif reduce == "sum":
+        metrics_sum = metrics_sum / max(total, 1)  # already times k above
     metrics = {name: float(v) for name, v in zip(metric_names, metrics_sum.tolist(), strict=True)}
     clipped = float(values[-1]) / (count if reduce == "sum" else 1)
     return parts[TENSORS], parts[STATISTICS], metrics, clipped
