@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -35,7 +36,8 @@ import torch
 
 from fedtopic_pipelines.core.config import PrivacyConfig
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
-from fedtopic_pipelines.core.federated.messages import Update
+from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update
+from fedtopic_pipelines.core.privacy.robust import outliers, update_norms
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ NOISE_KEYS = ("dp_clip", "dp_std", "dp_seed")
 
 def flat_norm(tensors: Mapping[str, torch.Tensor]) -> float:
     """The L2 norm of all tensors together (the update as one vector)."""
-    return math.sqrt(sum(float(torch.linalg.vector_norm(t.double())) ** 2 for t in tensors.values()))
+    return update_norms([tensors])[0]
 
 
 def clip(tensors: Mapping[str, torch.Tensor], bound: float) -> tuple[dict[str, torch.Tensor], float]:
@@ -169,9 +171,9 @@ class Reducer:
         factor = self.privacy.outlier_factor
         if factor <= 0 or len(updates) < 3:
             return {}
-        norms = [flat_norm(_delta(u.tensors, reference)) for u in updates]
-        median = sorted(norms)[len(norms) // 2]
-        flagged = {u.client_id: n for u, n in zip(updates, norms, strict=True) if median > 0 and n > factor * median}
+        norms = update_norms([_delta(u.tensors, reference) for u in updates])
+        median = statistics.median(norms)
+        flagged = {updates[i].client_id: norms[i] for i in outliers(norms, factor)} if median > 0 else {}
         for client, norm in flagged.items():
             self.flagged[client] += 1
             if self.flagged[client] % 50 != 1:  # the first time, then every 50th: a run of warnings says nothing new
@@ -233,7 +235,8 @@ class Reducer:
             mean = add_noise(mean, plan.sigma * plan.clip / m, generator)
         else:  # the organisations clipped and noised: the server only averages, every one the same
             mean = weighted_mean(deltas, [1] * m)
-        if m != plan.per_round:
+        # a secure-aggregation round's one update is already the organisations' mean (flower/secagg.py)
+        if m != plan.per_round and updates[0].client_id != SECURE_AGGREGATE:
             logger.warning(
                 "%s round %d: %d updates instead of the %d planned; the noise on the mean is %s than accounted",
                 self.name,
@@ -272,7 +275,9 @@ def apply_privacy(server: Any, config: Any, organisations: int, name: str = "fed
         return None
     per_round = participants_per_round(organisations, config.aggregation.client_fraction)
     plan = plan_dp(privacy, server.stopping.max_rounds, per_round, organisations)
-    if type(strategy).__name__ == "SparseRowsSGD":  # its rows are reduced by sparse_row_mean, not a mean of tensors
+    from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD
+
+    if isinstance(strategy, SparseRowsSGD):  # its rows are reduced by sparse_row_mean, not a mean of tensors
         if plan is not None or privacy.robust:
             raise ValueError("word2vec's sparse rows take no 'privacy.dp' or robust rule (docs/privacy.md)")
         return None
