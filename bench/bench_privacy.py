@@ -26,21 +26,24 @@ Attacks (rows):
 
 Defences (columns): ``none``; ``dp@clients`` (client-level DP, each organisation clips its
 update to C and adds its share of the noise before sending); ``dp@server`` (the server clips
-and adds the noise: it still sees every clipped update); ``secagg`` (emulated: the server's
-view is the example-weighted sum of a round's updates, attacked against one organisation's
-truth; ``tests/flower/`` checks that the real SecAgg+ server sees only that sum); ``median``
-(a robust rule: no privacy effect expected); ``vocab_k`` (attack d's defence: another
-benchmark's column, shown here as a hook). C is each family's median update norm in the
+and adds the noise: it still sees every clipped update); ``dp@sample`` (sample-level DP-SGD in
+each organisation: every document's gradient clipped to C_doc, the median per-document gradient
+norm at the initial model, the noise sigma C_doc on their sum; ProdLDA only, the others refuse
+it); ``secagg`` (emulated: the server's view is the example-weighted sum of a round's updates,
+attacked against one organisation's truth; ``tests/flower/`` checks that the real SecAgg+ server
+sees only that sum); ``median`` (a robust rule: no privacy effect expected); ``vocab_k`` (attack
+d's defence: another benchmark's column, shown here as a hook). C is each family's median update norm in the
 ``none`` run (clipping bites about half of the updates); sigma ``--sigma``. Word2Vec takes no
 defence (TrainConfig refuses it: the row indices are the leak; docs/privacy.md).
 
-Quality: ProdLDA on the demo slice at noise multipliers ``--sigmas`` (client-level DP, noise at
-the clients, the same clip), epsilon by the project's accountant at the run's rounds
-(every organisation every round), pooled NPMI (the evaluator's exact counts: core/metrics)
-and SVM macro-F1 of the pooled test documents' topic proportions; the PNG is
-``docs/img/privacy_quality.png``. Numbers to ``--json`` (default ``.cache/bench/privacy.json``).
+Quality: ProdLDA on the demo slice at noise multipliers ``--sigmas``, client-level DP (noise at
+the clients, the same clip; epsilon for one organisation, every organisation every round) and
+sample-level DP-SGD (C_doc; epsilon for one document of the smallest organisation, sampled at
+batch / its documents per round), epsilon by the project's accountant, pooled NPMI (the
+evaluator's exact counts: core/metrics) and SVM macro-F1 of the pooled test documents' topic
+proportions; the PNG is ``docs/img/privacy_quality.png``. Numbers to ``--json`` (default ``.cache/bench/privacy.json``).
 
-    .venv/bin/python bench/bench_privacy.py            # ~15 minutes on 2 cores
+    .venv/bin/python bench/bench_privacy.py            # ~30 minutes on 2 cores
     .venv/bin/python bench/bench_privacy.py --quick    # ~1 minute smoke
 """
 
@@ -61,7 +64,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 logger = logging.getLogger("bench_privacy")
 
-DEFENCES = ("none", "dp@clients", "dp@server", "secagg", "median", "vocab_k")
+DEFENCES = ("none", "dp@clients", "dp@server", "dp@sample", "secagg", "median", "vocab_k")
 NOT_HERE = "attack (d) bench"  # the vocabulary defence's column belongs to attack d
 
 
@@ -210,6 +213,26 @@ def federate(demo: Demo, data: dict, config, keep: int, keep_state: bool = False
     engine = RecordingEngine(InProcessEngine([MemoryEndpoint(o, d) for o, d in data.items()]), keep, keep_state)
     result = run_federation(engine, list(data), config, vocabulary=demo.vocabulary, progress=False)
     return engine, result.model.to_model()
+
+
+def document_clip(demo: Demo, data: dict, config) -> float:
+    """Sample-level DP's clip C_doc: the median norm of one document's gradient at the initial
+    model, over each organisation's first batch."""
+    import torch
+
+    from fedtopic_pipelines.core.families import get_family
+    from fedtopic_pipelines.core.privacy.dpsgd import document_norms
+
+    family = get_family(config.model.family)
+    cpu = torch.device("cpu")
+    model = family.create_model(demo.vocab_size, config, cpu)
+    names = family.shared_names(model)
+    norms = [
+        document_norms(model, batch, generator, names)
+        for d in data.values()
+        for batch, generator in family.stream(d, config, config.seed, cpu).next_batches()
+    ]
+    return float(torch.cat(norms).median())
 
 
 def update_norm(update) -> float:
@@ -400,11 +423,16 @@ def run_family(demo: Demo, family: str, args: argparse.Namespace) -> dict[str, A
         settings = {
             "dp@clients": {"dp": {**dp, "noise_at": "clients"}},
             "dp@server": {"dp": {**dp, "noise_at": "server"}},
+            "dp@sample": {"dp": {**dp, "level": "sample"}},
             "median": {"robust_rule": "median"},
         }
         for name, privacy in settings.items():
             try:
                 config = train_config(demo, family, rounds, privacy)
+                if name == "dp@sample":
+                    doc_clip = document_clip(demo, data, config)
+                    config = train_config(demo, family, rounds, {"dp": {**privacy["dp"], "clip": doc_clip}})
+                    logger.info("%s / dp@sample: C_doc = %.4g", family, doc_clip)
                 engine, model = federate(demo, data, config, keep, keep_state=weights)
             except Exception as exc:  # a defence the engine does not honour yet is reported, not hidden
                 logger.warning("%s / %s: not run: %s", family, name, exc)
@@ -420,9 +448,9 @@ def run_family(demo: Demo, family: str, args: argparse.Namespace) -> dict[str, A
 # -- quality ------------------------------------------------------------------------------------
 
 
-def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
-    """ProdLDA at each noise multiplier: epsilon, pooled NPMI, SVM macro-F1; and the clip C, the
-    median update norm of the run without DP (its first ``--attack-rounds`` rounds)."""
+def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]], float, float]:
+    """ProdLDA at each level and noise multiplier: epsilon, pooled NPMI, SVM macro-F1; the clip C
+    (the median update norm of the run without DP, its first ``--attack-rounds`` rounds) and C_doc."""
     import numpy as np
     import scipy.sparse as sp
     import torch
@@ -442,36 +470,50 @@ def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]],
     texts = [t for org in demo.orgs for t in demo.texts[org]]
     test = sp.vstack([demo.test[o].matrix for o in demo.orgs]).tocsr()
     labels = np.concatenate([demo.test[o].labels for o in demo.orgs])
-    settings: list[tuple[str, float | None]] = [("off", None), *((f"sigma {s:g}", s) for s in args.sigmas)]
+    settings: list[tuple[str, str, float | None]] = [
+        ("off", "off", None),
+        *((f"client, sigma {s:g}", "client", s) for s in args.sigmas),
+        *((f"sample, sigma {s:g}", "sample", s) for s in args.sigmas),
+    ]
     rows = []
-    clip = math.nan
-    for name, sigma in settings:
+    clip = doc_clip = math.nan
+    data = demo.matrices()
+    for name, level, sigma in settings:
         privacy = None
         if sigma is not None:
-            privacy = {"dp": {"level": "client", "noise_at": "clients", "clip": clip, "noise_multiplier": sigma}}
-            privacy["dp"]["delta"] = args.delta
+            bound = clip if level == "client" else doc_clip
+            privacy = {"dp": {"level": level, "clip": bound, "noise_multiplier": sigma, "delta": args.delta}}
         config = train_config(demo, "prodlda", args.quality_rounds, privacy, args.quality_model)
         started = time.perf_counter()
         try:
-            engine, model = federate(demo, demo.matrices(), config, args.attack_rounds if sigma is None else 0)
+            engine, model = federate(demo, data, config, args.attack_rounds if sigma is None else 0)
         except Exception as exc:
             logger.warning("quality %s: not run: %s", name, exc)
-            rows.append({"setting": name, "sigma": sigma, "skipped": f"{type(exc).__name__}: {exc}"})
+            rows.append({"setting": name, "level": level, "sigma": sigma, "skipped": f"{type(exc).__name__}: {exc}"})
             continue
         if sigma is None:
             clip = median_norm(engine)
+            doc_clip = document_clip(demo, data, config)
         topics = top_words(model.topic_word().numpy(), demo.terms, evaluate.top_words)
         candidates = CoherenceCandidates.from_topics(topics)
         counts = count_cooccurrences(texts, candidates, [context_of("c_npmi")])
         npmi = coherence_by_model({"m": topics}, candidates, counts, "c_npmi")["m"].mean
         theta = model.doc_topic(torch.from_numpy(test.toarray().astype(np.float32))).numpy()
         f1 = svm_macro_f1(theta, labels, evaluate.svm_test_size, evaluate.svm_c, evaluate.seed)
-        epsilon = math.inf if sigma is None else gaussian_privacy(sigma, args.quality_rounds, args.delta).epsilon_rdp
+        # client level: every organisation every round; sample level: batch / the smallest organisation's documents
+        sampling = 1.0 if level != "sample" else min(1.0, config.batch_size / min(m.shape[0] for m in data.values()))
+        epsilon = (
+            math.inf
+            if sigma is None
+            else gaussian_privacy(sigma, args.quality_rounds, args.delta, 1.0, sampling).epsilon_rdp
+        )
         rows.append(
             {
                 "setting": name,
+                "level": level,
                 "sigma": sigma,
-                "clip": None if sigma is None else clip,
+                "clip": None if sigma is None else (clip if level == "client" else doc_clip),
+                "sampling": sampling,
                 "rounds": args.quality_rounds,
                 "epsilon_rdp": epsilon,
                 "delta": args.delta,
@@ -481,7 +523,7 @@ def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]],
             }
         )
         logger.info("quality %s: epsilon %.4g, NPMI %s, macro-F1 %s", name, epsilon, npmi, f1)
-    return rows, clip
+    return rows, clip, doc_clip
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -492,21 +534,23 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
     done = [r for r in rows if "skipped" not in r]
     off = next((r for r in done if r["sigma"] is None), None)
-    dp = [r for r in done if r["sigma"] is not None]
+    levels = (("client", "client-level DP (noise at the clients)", (3, 4)), ("sample", "sample-level DP-SGD", (3, -10)))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "npmi", "pooled NPMI"), (axes[1], "macro_f1", "SVM macro-F1")):
-        xs = [r["sigma"] for r in dp]
-        ys = [r[key] if r[key] is not None else math.nan for r in dp]
-        ax.plot(xs, ys, "o-", label="client-level DP (noise at the clients)")
-        for r, y in zip(dp, ys, strict=True):
-            eps = r["epsilon_rdp"]
-            ax.annotate(
-                "ε=∞" if math.isinf(eps) else f"ε={eps:.3g}",
-                (r["sigma"], y),
-                fontsize=8,
-                xytext=(3, 4),
-                textcoords="offset points",
-            )
+        for level, legend, offset in levels:
+            dp = [r for r in done if r["sigma"] is not None and r.get("level", "client") == level]
+            xs = [r["sigma"] for r in dp]
+            ys = [r[key] if r[key] is not None else math.nan for r in dp]
+            ax.plot(xs, ys, "o-" if level == "client" else "s--", label=legend)
+            for r, y in zip(dp, ys, strict=True):
+                eps = r["epsilon_rdp"]
+                ax.annotate(
+                    "ε=∞" if math.isinf(eps) else f"ε={eps:.3g}",
+                    (r["sigma"], y),
+                    fontsize=7,
+                    xytext=offset,
+                    textcoords="offset points",
+                )
         if off is not None and off[key] is not None:
             ax.axhline(off[key], color="grey", ls="--", label="no DP")
         ax.set_xlabel("noise multiplier σ (ε at δ, RDP, annotated)")
@@ -584,11 +628,11 @@ def main() -> None:
         except Exception as exc:
             logger.warning("%s: SKIPPED: %s: %s", family, type(exc).__name__, exc)
             results[family] = {"columns": {}, "skipped": f"{type(exc).__name__}: {exc}"}
-    rows, clip = quality(demo, args)
+    rows, clip, doc_clip = quality(demo, args)
     title = (
         f"ProdLDA, demo slice ({len(demo.orgs)} organisations, {args.train_docs} train docs each at most), "
         f"{args.quality_rounds} rounds, K = {args.quality_topics if args.quality_model else 'smoke'}, "
-        f"clip C = {clip:.3g}"
+        f"clip C = {clip:.3g}, C_doc = {doc_clip:.3g}"
     )
     plot(rows, args.png, title)
     seconds = time.perf_counter() - started
@@ -596,7 +640,8 @@ def main() -> None:
     print(
         "\nAttacks of an honest-but-curious server (rounds kept: "
         f"{args.attack_rounds}; runs of {args.train_rounds} rounds, NMF {args.nmf_rounds}; DP sigma {args.sigma}, "
-        "C = each family's median update norm without defence)\n"
+        "C = each family's median update norm without defence; dp@sample: C_doc, the median per-document "
+        "gradient norm at the initial model)\n"
     )
     for line in table(results):
         print(line)
@@ -611,18 +656,22 @@ def main() -> None:
         for defence, col in result["columns"].items():
             if "skipped" in col and col["skipped"] != NOT_HERE:
                 print(f"{family} / {defence}: {col['skipped']}")
-    print("\nQuality cost of client-level DP (ProdLDA, noise at the clients)\n")
-    print("| setting | sigma | epsilon (RDP) | pooled NPMI | SVM macro-F1 | seconds |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        f"\nQuality cost of DP (ProdLDA): client level (noise at the clients, C = {clip:.4g}, epsilon for one "
+        f"organisation) and sample level (DP-SGD, C_doc = {doc_clip:.4g}, epsilon for one document)\n"
+    )
+    print("| setting | sigma | sampling | epsilon (RDP) | pooled NPMI | SVM macro-F1 | seconds |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         if "skipped" in r:
-            print(f"| {r['setting']} | | | skipped | | |")
+            print(f"| {r['setting']} | | | | skipped | | |")
             continue
         eps = "inf" if math.isinf(r["epsilon_rdp"]) else f"{r['epsilon_rdp']:.4g}"
         npmi = "n/a" if r["npmi"] is None else f"{r['npmi']:.4f}"
         f1 = "n/a" if r["macro_f1"] is None else f"{r['macro_f1']:.4f}"
         sigma = "" if r["sigma"] is None else f"{r['sigma']:g}"
-        print(f"| {r['setting']} | {sigma} | {eps} | {npmi} | {f1} | {r['seconds']:.1f} |")
+        sampling = "" if r["sigma"] is None else f"{r['sampling']:.3g}"
+        print(f"| {r['setting']} | {sigma} | {sampling} | {eps} | {npmi} | {f1} | {r['seconds']:.1f} |")
     print(f"\nPNG: {args.png}\nJSON: {args.json}\ntotal: {seconds:.1f} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     out = {

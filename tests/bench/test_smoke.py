@@ -186,6 +186,8 @@ def test_bench_privacy_smoke(tmp_path: Path) -> None:
     out = run_bench("bench_privacy.py", "--quick", "--json", str(results), "--png", str(png))
     assert "| prodlda | (a) first layer (exact zeros): P / R / AUC | 1.00 / 1.00 / 1.00 |" in out, out
     assert "| word2vec | (b) U rows = centre words: P / R / AUC | 1.00 / 1.00 / 1.00 |" in out, out
-    assert "| sigma 1 | 1 |" in out and png.is_file()
+    assert "| client, sigma 1 | 1 |" in out and "| sample, sigma 1 | 1 |" in out and png.is_file()
     saved = json.loads(results.read_text())
     assert set(saved["attacks"]) == {"prodlda", "nmf", "word2vec"}
+    assert "a" in saved["attacks"]["prodlda"]["columns"]["dp@sample"]  # DP-SGD ran for ProdLDA
+    assert "refused" in out.split("| nmf |", 1)[1].split("\n", 1)[0]  # NMF's local epochs refuse it

@@ -306,3 +306,19 @@ def test_a_bad_job_is_refused_before_any_node_is_asked(tmp_path) -> None:
     with pytest.raises(RuntimeError, match=r"unknown entries \['flower'\]"):
         Job.from_dict({**spec, "flower": {}})
     assert Job.from_dict(json.loads(json.dumps(spec))).to_dict() == spec
+
+
+def test_sample_level_dp_on_the_grid_is_the_in_process_run(tiny_raw_tables, tmp_path) -> None:
+    """``privacy.dp.level: sample`` travels in the instruction (flat keys): every node runs DP-SGD on
+    its own documents with its seeded noise, and the grid's ClientApps, rebuilt for each message,
+    train the in-process engine's model exactly."""
+    model = {**TRAIN["model"], "normalization": "layer"}  # DP refuses BatchNorm
+    dp = {"dp": {"level": "sample", "clip": 0.5, "noise_multiplier": 1.0}}
+    train = {**TRAIN, "model": model, "max_steps": 4, "privacy": dp}
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    _, expected = in_process(paths, train)
+    plain = in_process(paths, {**train, "privacy": {}})[1]
+    result, _ = run_flower_federation(LocalGrid(client_app, node_configs(paths, tmp_path)), job(list(paths), train))
+    assert all(torch.equal(result.model.state[k], expected[k]) for k in expected)
+    assert any(not torch.equal(plain[k], expected[k]) for k in expected)
+    assert result.model.history[-1].metrics["epsilon_rdp"] > 0

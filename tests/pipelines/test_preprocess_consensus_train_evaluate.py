@@ -408,3 +408,31 @@ def test_the_chain_trains_and_evaluates_fednmf_and_prodlda_under_a_weights_rule(
         if params is nmf:
             assert all(len(r.sampled) == 2 for r in models["federated"].history)  # C = 0.67 of 3
             assert "h" not in models["federated"].state  # H stays with the organisations
+
+
+def test_sample_level_dp_through_train_evaluate_and_the_privacy_report(tiny_raw_tables, tmp_path) -> None:
+    """``privacy.dp.level: sample`` reaches the train node's federated scenario only (the references
+    train without a defence), and the privacy report gives the epsilon it spent, for one document."""
+    from fedtopic_pipelines.pipelines import privacy as privacy_pipeline
+
+    dp = {"dp": {"level": "sample", "clip": 1.0, "noise_multiplier": 1.0}, "attacks": False}
+    params = {**TRAIN, "max_steps": 6, "model": {**TRAIN["model"], "normalization": "layer"}}
+    data = {
+        **_raw(tiny_raw_tables),
+        **_caches(ORGS, tmp_path),
+        "params:preprocess": PRE,
+        "params:vocab_consensus": VOCAB,
+        "params:train": params,
+        "params:organisations": ORGS,
+        "params:evaluate": EVAL,
+        "params:privacy": dp,
+    }
+    out = run_slice(_chain(ORGS) + privacy_pipeline.create_pipeline(ORGS), data)
+    models = out["trained_models"]
+    assert all(math.isnan(r.loss) for r in models["federated"].history)  # under DP no loss leaves
+    assert all(not math.isnan(r.loss) for r in models["centralized"].history)
+    epsilon = out["privacy_report"]["epsilon"]
+    assert set(epsilon) == {"federated"}
+    assert epsilon["federated"]["protects"] == "one document of an organisation"
+    assert math.isfinite(epsilon["federated"]["epsilon_rdp"]) and epsilon["federated"]["rounds"] == 6
+    assert math.isfinite(out["metrics"]["models"]["federated"]["c_npmi"])

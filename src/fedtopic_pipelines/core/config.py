@@ -649,10 +649,15 @@ class DPConfig(ConfigModel):
     weights minus the broadcast ones) to L2 norm ``clip`` and adds Gaussian noise of std
     ``noise_multiplier`` x ``clip`` to their sum (DP-FedAvg, McMahan et al. 2018; Flower's
     DifferentialPrivacy*FixedClipping); the server then divides by the number of updates, so
-    every organisation weighs the same. Sample-level DP-SGD (per-document clipping) is not
-    offered yet (docs/privacy.md says what it would need, and why not with BatchNorm).
+    every organisation weighs the same. ``sample`` is DP-SGD (Abadi et al. 2016) inside each
+    organisation: every document's gradient is clipped to ``clip``, noise of std
+    ``noise_multiplier`` x ``clip`` is added to their sum, which is divided by the batch size;
+    the guarantee covers one document of an organisation, whoever reads its update. It is built
+    for the gradient family (ProdLDA, CombinedTM: one step per round) without BatchNorm, whose
+    batch statistics make a document's gradient depend on the other documents of its batch.
 
-    ``noise_at`` (client level): ``clients`` each organisation adds its share of the noise,
+    ``noise_at`` (client level; sample level draws it at the organisations, where each document's
+    gradient is): ``clients`` each organisation adds its share of the noise,
     N(0, (sigma C)^2 / m) for m organisations, before sending, so no single update leaves in
     the clear (a curious server sees noisy updates; with secure aggregation only their sum,
     which carries the full noise); ``server`` the server adds it after clipping, as Flower's
@@ -663,7 +668,7 @@ class DPConfig(ConfigModel):
 
     block: ClassVar[str] = "privacy.dp"
 
-    level: Literal["off", "client"] = "off"
+    level: Literal["off", "client", "sample"] = "off"
     noise_at: Literal["clients", "server"] = "clients"
     clip: PositiveFloat = 1.0
     noise_multiplier: NonNegativeFloat | None = None
@@ -677,6 +682,11 @@ class DPConfig(ConfigModel):
             raise ValueError(
                 "set exactly one of 'privacy.dp.noise_multiplier' and 'privacy.dp.target_epsilon' (the other "
                 f"to null); got noise_multiplier={self.noise_multiplier}, target_epsilon={self.target_epsilon}"
+            )
+        if self.level == "sample" and self.noise_at == "server":
+            raise ValueError(
+                "'privacy.dp.noise_at' is 'server' with 'privacy.dp.level: sample': the server never sees a single "
+                "document's gradient to clip; DP-SGD clips and noises inside each organisation (noise_at: clients)"
             )
         return self
 
@@ -749,11 +759,12 @@ class PrivacyConfig(ConfigModel):
                 "aggregation shows the server only the sum of the updates, and a median, trimmed mean or Krum "
                 "needs each update; choose one"
             )
-        if self.dp.on and robust:
+        if self.dp.level == "client" and robust:
             raise ValueError(
                 f"'privacy.robust_rule' is {self.robust_rule!r} with 'privacy.dp.level: {self.dp.level}': DP's "
                 "noise is calibrated to the mean of clipped updates (sensitivity C / m), not to a median or "
-                "Krum's choice; use robust_rule: mean (clipping already bounds what one organisation moves)"
+                "Krum's choice; use robust_rule: mean (clipping already bounds what one organisation moves), or "
+                "dp.level: sample, whose updates are private before any rule reads them"
             )
         if self.secure_aggregation and self.dp.on and self.dp.noise_at == "server":
             raise ValueError(
@@ -885,6 +896,12 @@ class TrainConfig(ConfigModel):
                 "'privacy.dp' is on with 'train.model.normalization: batch': each organisation would also send its "
                 "batch's BatchNorm means and variances, in the clear and outside what the accountant bounds; use "
                 "normalization layer or none (docs/privacy.md)"
+            )
+        if privacy.dp.level == "sample" and rule != "fedsgd":
+            raise ValueError(
+                f"'privacy.dp.level' is 'sample' with 'train.aggregation.rule: {rule}': DP-SGD is built here for one "
+                "noisy step per round (FedSGD: ProdLDA, CombinedTM); local epochs would need noise at every local "
+                "step and an accountant over all of them. Use dp.level: client for a weights rule (docs/privacy.md)"
             )
         if privacy.secure_aggregation and self.engine != "flower":
             raise ValueError(

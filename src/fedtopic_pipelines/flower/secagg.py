@@ -73,7 +73,7 @@ from flwr.serverapp import Grid
 
 from fedtopic_pipelines.core.federated.engine import FederationError
 from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Instruction, Replies, Update, UpdateKind
-from fedtopic_pipelines.core.privacy.defences import NOISE_KEYS
+from fedtopic_pipelines.core.privacy.defences import DP_LEVEL_KEY, NOISE_KEYS
 from fedtopic_pipelines.flower.records import (
     ARRAYS,
     CONFIG,
@@ -152,13 +152,15 @@ REDUCTIONS = ("mean", "sum", "unweighted")
 def reduction(instruction: Instruction) -> str:
     """``sum`` for sufficient statistics (they add); ``unweighted`` (every organisation's update
     counts the same) under client-level DP with noise at the clients, whose noise is calibrated to
-    that mean; ``mean`` (example-weighted, gFedNTM eq. 2) otherwise."""
+    that mean; ``mean`` (example-weighted, gFedNTM eq. 2) otherwise, sample-level DP included
+    (each update is already private: the weighted mean is post-processing)."""
     explicit = instruction.config.get(REDUCTION_KEY)
     if explicit in REDUCTIONS:
         return str(explicit)
     if instruction.config.get("action") == UpdateKind.STATISTICS.value:
         return "sum"
-    return "unweighted" if DP_NOISE_KEY in instruction.config else "mean"
+    client_level = DP_NOISE_KEY in instruction.config and instruction.config.get(DP_LEVEL_KEY) != "sample"
+    return "unweighted" if client_level else "mean"
 
 
 def quantisation_bound(settings: SecAggSettings, contributors: int, total_weight: float, reduce: str) -> float:

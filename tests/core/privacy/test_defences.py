@@ -199,7 +199,7 @@ def test_impossible_combinations_are_refused_before_any_node_runs() -> None:
     with pytest.raises(ConfigError, match="BatchNorm"):
         _check({"train": {"model": {"normalization": "batch"}}, "privacy": dp})
     with pytest.raises(ConfigError, match="privacy.dp.level"):
-        _check({"train": {}, "privacy": {"dp": {"level": "sample", "noise_multiplier": 1.0}}})
+        _check({"train": {}, "privacy": {"dp": {"level": "record", "noise_multiplier": 1.0}}})
     with pytest.raises(ConfigError, match="train.engine: flower"):
         _check({"train": {}, "privacy": {"secure_aggregation": True}})
     with pytest.raises(ConfigError, match="privacy.robust_rule"):

@@ -24,6 +24,7 @@ from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.strategies import BatchStatistics, FedSGD
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.privacy.dpsgd import private_gradient
 
 VALIDATION_CHUNK = 1024
 
@@ -84,6 +85,16 @@ class ProdLDAFamily(BagOfWordsData):
             "reconstruction": float(sum(p.reconstruction * (p.n / n) for p in parts)),
         }
         return LocalStep(grads, n, losses, statistics=statistics)
+
+    def private_step(
+        self, model: ProdLDA, stream: BatchSource | GhostBatchSource, bound: float, std: float, noise: torch.Generator
+    ) -> LocalStep:
+        """Sample-level DP-SGD's step (``privacy.dp.level: sample``; core/privacy/dpsgd.py): each
+        document's gradient clipped to ``bound``, their sum noised with std ``std``, divided by
+        the batch's documents. The batch draws what :meth:`local_step` would (replay stays
+        exact); no loss terms and no BatchNorm statistics leave (DP refuses BatchNorm)."""
+        grads, n, _ = private_gradient(model, stream.next_batches(), self.shared_names(model), bound, std, noise)
+        return LocalStep(grads, n, {})
 
     def replay(self, model: ProdLDA, stream: BatchSource | GhostBatchSource, steps: int) -> None:
         # The draws (batch rows, dropout masks, reparameterisation noise) depend on the

@@ -16,7 +16,7 @@ from torch import nn
 
 from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
-from fedtopic_pipelines.core.privacy.defences import NOISE_KEYS, noise_generator, privatize
+from fedtopic_pipelines.core.privacy.defences import DP_LEVEL_KEY, NOISE_KEYS, noise_generator, privatize
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,12 @@ class FamilyClient:
             return self.evaluate(instruction)
         action = instruction.config.get("action")
         local_round = action in LOCAL_ROUND_KINDS
+        sample_dp = instruction.config.get(DP_LEVEL_KEY) == "sample"
+        if sample_dp and (local_round or not hasattr(self.family, "private_step")):
+            raise ValueError(
+                f"client '{self.client_id}': sample-level DP (DP-SGD) is built for one gradient step per round of "
+                f"a family with per-document gradients, not for '{action}' of {self.family.name}"
+            )
         if local_round:  # weights after local epochs, or a family's statistics over all its documents
             self.rejoin(instruction)
             self.load_shared(instruction.state)
@@ -75,10 +81,10 @@ class FamilyClient:
         else:
             self.catch_up(instruction.round)
             self.load_shared(instruction.state)
-            step = self.family.local_step(self.model, self.stream)
+            step = self.private_step(instruction) if sample_dp else self.family.local_step(self.model, self.stream)
         self.next_round = instruction.round + 1
         tensors, losses = step.tensors, step.losses
-        if NOISE_KEYS[1] in instruction.config:  # client-level DP, noise at the clients: clipped, noised, no loss
+        if NOISE_KEYS[1] in instruction.config and not sample_dp:  # client-level DP: clipped, noised, no loss
             tensors, losses = self.privatize(instruction, tensors, local_round), {}
         return Update(
             self.client_id,
@@ -99,6 +105,14 @@ class FamilyClient:
         reference = {k: instruction.state[k] for k in tensors} if weights else None
         generator = noise_generator(int(seed), self.client_id, instruction.round)
         return privatize(tensors, reference, float(bound), float(std), generator)
+
+    def private_step(self, instruction: Instruction) -> Any:
+        """Sample-level DP-SGD's step: each document's gradient clipped to ``dp_clip``, noise of std
+        ``dp_std`` on their sum from this organisation's seeded stream for the round (the batch's
+        own dropout and reparameterisation draws are untouched, so a replay stays exact)."""
+        bound, std, seed = (instruction.config[k] for k in NOISE_KEYS)
+        generator = noise_generator(int(seed), self.client_id, instruction.round)
+        return self.family.private_step(self.model, self.stream, float(bound), float(std), generator)
 
     def load_shared(self, state: dict[str, torch.Tensor]) -> None:
         """Copy the broadcast shared parameters into the local model; a family whose local step

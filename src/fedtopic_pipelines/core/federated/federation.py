@@ -228,7 +228,7 @@ def run_federation(
         sample=client_sample(organisations, config.aggregation.client_fraction, config.seed),
     )
     if scenario == "federated":  # the references (pooled, each alone) train without a defence
-        apply_privacy(server, config, len(organisations), name)
+        apply_privacy(server, config, len(organisations), name, rows)
     checkpoints = Checkpoints(config, name, organisations, terms, prepared) if config.checkpoint_every else None
     if checkpoints is not None:
         if local_rounds:  # clients with local parameters keep copies of them under this job's name

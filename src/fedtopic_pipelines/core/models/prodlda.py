@@ -22,6 +22,7 @@ import contextlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -100,10 +101,25 @@ class BatchLoss:
     n: int
 
 
-def _dropout(x: torch.Tensor, p: float, generator: torch.Generator | None) -> torch.Tensor:
-    if p == 0.0:
+class Draws(NamedTuple):
+    """The random numbers of one pass over n documents, drawn before it: the encoder's dropout
+    mask (n x last hidden size), the reparameterisation noise and theta's dropout mask (n x K).
+    A mask is None without dropout (or in eval mode, where only the noise is drawn). Drawing
+    them first, in the pass's own order, gives the same numbers as drawing them inside it, and
+    lets a per-document pass (sample-level DP-SGD) take each document's row of them."""
+
+    encoder_keep: torch.Tensor | None
+    eps: torch.Tensor
+    theta_keep: torch.Tensor | None
+
+
+def _keep(shape: tuple[int, ...], p: float, generator: torch.Generator | None, like: torch.Tensor) -> torch.Tensor:
+    return torch.rand(shape, generator=generator, device=like.device, dtype=like.dtype) >= p
+
+
+def _dropout(x: torch.Tensor, keep: torch.Tensor | None, p: float) -> torch.Tensor:
+    if keep is None:
         return x
-    keep = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) >= p
     return x * keep / (1.0 - p)
 
 
@@ -204,14 +220,15 @@ class ProdLDA(nn.Module):
         return self.config.n_topics
 
     def encode(
-        self, bow: torch.Tensor, generator: torch.Generator | None, stats: dict[str, torch.Tensor] | None
+        self, bow: torch.Tensor, keep: torch.Tensor | None, stats: dict[str, torch.Tensor] | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior mean and log-variance of the logistic-normal topic proportions."""
+        """Posterior mean and log-variance of the logistic-normal topic proportions (``keep``: the
+        encoder's dropout mask, in training mode)."""
         x = self._activation(self._encoder_input(bow))
         for layer in self.hidden[1:]:
             x = self._activation(layer(x))
         if self.training:
-            x = _dropout(x, self.config.dropout, generator)
+            x = _dropout(x, keep, self.config.dropout)
         mu = self.mu_bn(self.f_mu(x), stats, "mu_bn")
         log_var = self.sigma_bn(self.f_sigma(x), stats, "sigma_bn")
         return mu, log_var
@@ -245,6 +262,31 @@ class ProdLDA(nn.Module):
         """The batch in the model's floating type."""
         return batch.to(self.beta.dtype)
 
+    def draws(self, n: int, generator: torch.Generator | None) -> Draws:
+        """The random numbers a pass over ``n`` documents takes from ``generator``, in its order:
+        in training mode the encoder's dropout mask, the noise, theta's dropout mask; in eval
+        mode the noise alone."""
+        like = self.beta
+        p = self.config.dropout
+        dropout = self.training and p > 0.0
+        encoder_keep = _keep((n, self.config.hidden_sizes[-1]), p, generator, like) if dropout else None
+        eps = torch.randn((n, self.n_topics), generator=generator, device=like.device, dtype=like.dtype)
+        theta_keep = _keep((n, self.n_topics), p, generator, like) if dropout else None
+        return Draws(encoder_keep, eps, theta_keep)
+
+    def forward(
+        self, batch: torch.Tensor, draws: Draws, stats: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-document reconstruction and KL terms of ``batch`` with the given draws (what
+        ``torch.func`` differentiates document by document for sample-level DP-SGD)."""
+        mu, log_var = self.encode(batch, draws.encoder_keep, stats)
+        theta = F.softmax(mu + draws.eps * torch.exp(0.5 * log_var), dim=1)
+        if self.training:
+            theta = _dropout(theta, draws.theta_keep, self.config.dropout)
+        word_dist = self.decode(theta, stats)
+        rl = _reconstruction(self._bow(batch), word_dist)
+        return rl, self._kl(mu, log_var)
+
     def _negative_elbo(
         self, bow: torch.Tensor, generator: torch.Generator | None, stats: dict[str, torch.Tensor] | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,14 +295,7 @@ class ProdLDA(nn.Module):
         Dropout (encoder and theta) applies in training mode only; in eval mode BatchNorm
         uses its running statistics, so this is also avitm's validation pass.
         """
-        mu, log_var = self.encode(bow, generator, stats)
-        eps = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
-        theta = F.softmax(mu + eps * torch.exp(0.5 * log_var), dim=1)
-        if self.training:
-            theta = _dropout(theta, self.config.dropout, generator)
-        word_dist = self.decode(theta, stats)
-        rl = _reconstruction(self._bow(bow), word_dist)
-        return rl, self._kl(mu, log_var)
+        return self(bow, self.draws(self._bow(bow).shape[0], generator), stats)
 
     def statistics_shapes(self) -> dict[str, torch.Size]:
         """Names and shapes of the batch statistics a training step returns."""

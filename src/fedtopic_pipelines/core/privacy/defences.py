@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 # Instruction.config keys (flat scalars: a Flower ConfigRecord holds no nested values): what an
 # organisation does to its update before sending under DP with noise at the clients
 NOISE_KEYS = ("dp_clip", "dp_std", "dp_seed")
+# ... and at which level: "client" (clip the whole update, add a share of the noise) or "sample"
+# (DP-SGD: clip each document's gradient, add the whole noise; core/privacy/dpsgd.py)
+DP_LEVEL_KEY = "dp_level"
 
 
 def flat_norm(tensors: Mapping[str, torch.Tensor]) -> float:
@@ -98,9 +101,11 @@ def privatize(
 
 @dataclass(frozen=True)
 class DPPlan:
-    """A run's client-level DP, fixed before its first round: the noise multiplier (given, or
-    chosen for the target epsilon at the run's rounds and sampling), the sampling rate q,
-    the organisations per round m and who draws the noise."""
+    """A run's DP, fixed before its first round: the noise multiplier (given, or chosen for the
+    target epsilon at the run's rounds and sampling), the sampling rate q, the organisations per
+    round m, who draws the noise and the level. At ``client`` level q is the share of the
+    organisations sampled per round; at ``sample`` level it is the batch size over the smallest
+    organisation's documents (its documents are sampled most often: its epsilon is the largest)."""
 
     sigma: float
     clip: float
@@ -110,15 +115,21 @@ class DPPlan:
     rounds: int
     noise_at: str
     accountant: str
+    level: str = "client"
 
     @property
     def client_std(self) -> float:
-        """Each organisation's share: m shares of variance (sigma C)^2 / m sum to (sigma C)^2."""
+        """The noise std an organisation adds. Client level: its share, m shares of variance
+        (sigma C)^2 / m sum to (sigma C)^2. Sample level: the whole sigma C on its own sum of
+        clipped document gradients (each organisation is its own DP-SGD)."""
+        if self.level == "sample":
+            return self.sigma * self.clip
         return self.sigma * self.clip / math.sqrt(self.per_round)
 
     def instruction(self, seed: int) -> dict[str, Any]:
         """What the server asks each organisation to do to its update (Instruction.config's NOISE_KEYS)."""
-        return dict(zip(NOISE_KEYS, (float(self.clip), float(self.client_std), int(seed)), strict=True))
+        keys = dict(zip(NOISE_KEYS, (float(self.clip), float(self.client_std), int(seed)), strict=True))
+        return {**keys, DP_LEVEL_KEY: self.level}
 
     def epsilon(self, rounds: int) -> dict[str, float]:
         """(epsilon, delta) after ``rounds`` rounds, by RDP and PLD (dp_accounting, as PC-TD)."""
@@ -128,12 +139,28 @@ class DPPlan:
         return {"epsilon_rdp": spent.epsilon_rdp, "epsilon_pld": spent.epsilon_pld}
 
 
-def plan_dp(privacy: PrivacyConfig, rounds: int, per_round: int, organisations: int) -> DPPlan | None:
-    """The run's :class:`DPPlan` (None with DP off); a target epsilon picks sigma here, before any round."""
+def plan_dp(
+    privacy: PrivacyConfig,
+    rounds: int,
+    per_round: int,
+    organisations: int,
+    documents: Mapping[str, int] | None = None,
+    batch_size: int | None = None,
+) -> DPPlan | None:
+    """The run's :class:`DPPlan` (None with DP off); a target epsilon picks sigma here, before any round.
+
+    At sample level ``documents`` (each organisation's training documents, as it declared them)
+    and ``batch_size`` give the sampling rate. An organisation is counted in every round, trained
+    or not (with client sampling that over-counts: epsilon is an upper bound)."""
     dp = privacy.dp
     if not dp.on:
         return None
-    sampling = per_round / organisations
+    if dp.level == "sample":
+        if not documents or not batch_size:
+            raise ValueError("sample-level DP needs each organisation's document count and the batch size")
+        sampling = min(1.0, batch_size / max(1, min(documents.values())))
+    else:
+        sampling = per_round / organisations
     sigma = dp.noise_multiplier
     if sigma is None:
         from fedtopic_pipelines.core.privacy.accountant import sigma_for_epsilon
@@ -147,16 +174,18 @@ def plan_dp(privacy: PrivacyConfig, rounds: int, per_round: int, organisations: 
             rounds,
             sampling,
         )
-    return DPPlan(sigma, dp.clip, dp.delta, sampling, per_round, rounds, dp.noise_at, dp.accountant)
+    return DPPlan(sigma, dp.clip, dp.delta, sampling, per_round, rounds, dp.noise_at, dp.accountant, dp.level)
 
 
 class Reducer:
     """The server's aggregate of a round's accepted updates under ``privacy``.
 
-    ``mean`` (no DP, no robust rule): the weighted mean (gFedNTM eq. 2, FedAvg). With DP: the
-    unweighted mean of the updates (clipped and noised by the organisations), or, noise at the
-    server, of the updates the server clips, plus N(0, (sigma C / m)^2). A robust rule: its
-    aggregate. ``reference`` is the broadcast weights for a weights rule (the update is the
+    ``mean`` (no DP, no robust rule): the weighted mean (gFedNTM eq. 2, FedAvg). With client-level
+    DP: the unweighted mean of the updates (clipped and noised by the organisations), or, noise
+    at the server, of the updates the server clips, plus N(0, (sigma C / m)^2). A robust rule: its
+    aggregate. Sample-level DP changes nothing here: every update is already private (DP-SGD at
+    the organisation), so the weighted mean or a robust rule is post-processing; the epsilon is
+    recorded. ``reference`` is the broadcast weights for a weights rule (the update is the
     difference), None for gradients.
     """
 
@@ -197,8 +226,10 @@ class Reducer:
         self, updates: Sequence[Update], reference: Mapping[str, torch.Tensor] | None, round_: int
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         recorded = self._outliers(updates, reference, round_)
-        if self.plan is not None:
+        if self.plan is not None and self.plan.level == "client":
             return self._dp(updates, reference, round_, recorded)
+        if self.plan is not None:
+            self._spent(round_, recorded)
         if self.privacy.robust:
             from fedtopic_pipelines.core.privacy.robust import robust_aggregate
 
@@ -245,12 +276,17 @@ class Reducer:
                 plan.per_round,
                 "larger" if m < plan.per_round else "smaller",
             )
-        if round_ + 1 == plan.rounds or (round_ + 1) % 100 == 0:
-            recorded.update(plan.epsilon(round_ + 1))
-        recorded["sigma"] = plan.sigma
+        self._spent(round_, recorded)
         if reference is None:
             return mean, recorded
         return {k: reference[k].to(v.device) + v for k, v in mean.items()}, recorded
+
+    def _spent(self, round_: int, recorded: dict[str, float]) -> None:
+        """Epsilon so far at the last round and every 100th (the accountant takes a moment), sigma always."""
+        plan = self.plan
+        if round_ + 1 == plan.rounds or (round_ + 1) % 100 == 0:
+            recorded.update(plan.epsilon(round_ + 1))
+        recorded["sigma"] = plan.sigma
 
 
 def _delta(tensors: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor] | None) -> dict:
@@ -259,10 +295,13 @@ def _delta(tensors: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Te
     return {k: t - reference[k].to(t.device) for k, t in tensors.items()}
 
 
-def apply_privacy(server: Any, config: Any, organisations: int, name: str = "federated") -> DPPlan | None:
+def apply_privacy(
+    server: Any, config: Any, organisations: int, name: str = "federated", documents: Mapping[str, int] | None = None
+) -> DPPlan | None:
     """Put ``config.privacy`` on a federation's server before its first round: the strategy's
     reducer (DP or a robust rule), and with noise at the clients what every training
-    instruction asks them to do. The plan is fixed by the run's rounds and sampling."""
+    instruction asks them to do. The plan is fixed by the run's rounds and sampling
+    (``documents``: each organisation's declared training documents, for sample-level DP)."""
     from fedtopic_pipelines.core.federated.local import participants_per_round
 
     privacy = config.privacy
@@ -274,7 +313,7 @@ def apply_privacy(server: Any, config: Any, organisations: int, name: str = "fed
             raise ValueError(f"strategy {type(strategy).__name__} does not take 'privacy.dp' or a robust rule")
         return None
     per_round = participants_per_round(organisations, config.aggregation.client_fraction)
-    plan = plan_dp(privacy, server.stopping.max_rounds, per_round, organisations)
+    plan = plan_dp(privacy, server.stopping.max_rounds, per_round, organisations, documents, config.batch_size)
     from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD
 
     if isinstance(strategy, SparseRowsSGD):  # its rows are reduced by sparse_row_mean, not a mean of tensors
@@ -288,7 +327,22 @@ def apply_privacy(server: Any, config: Any, organisations: int, name: str = "fed
             # a family's own test of an update (NMF: W >= 0) cannot hold for noisy weights; the
             # family's projection still applies to the aggregate
             strategy.check = None
-    if plan is not None:
+    if plan is not None and plan.level == "sample":
+        logger.info(
+            "%s: sample-level DP-SGD, each document's gradient clipped to %g, noise multiplier %.4g, batch %d of "
+            "the smallest organisation's %d documents (sampling %.3g) over %d rounds: epsilon %.4g (RDP) at "
+            "delta %g for one document of any organisation",
+            name,
+            plan.clip,
+            plan.sigma,
+            config.batch_size,
+            min(documents.values()),
+            plan.sampling,
+            plan.rounds,
+            plan.epsilon(plan.rounds)["epsilon_rdp"],
+            plan.delta,
+        )
+    elif plan is not None:
         logger.info(
             "%s: client-level DP, clip %g, noise multiplier %.4g, noise at the %s, %d of %d organisations per "
             "round over %d rounds: epsilon %.4g (RDP) at delta %g",

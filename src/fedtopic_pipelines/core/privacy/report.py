@@ -69,13 +69,16 @@ def _finite(values: Mapping[str, float]) -> dict[str, float | None]:
     return {k: (v if math.isfinite(v) else None) for k, v in values.items()}
 
 
-def spent(model: TrainedModel) -> dict[str, float] | None:
+def spent(model: TrainedModel) -> dict[str, Any] | None:
     """The privacy the model's federated training spent: the last round's epsilon (DP runs record
     it at their last round), or None without DP."""
     for record in reversed(model.history):
         if "epsilon_rdp" in record.metrics:
             values = {k: float(record.metrics[k]) for k in EPSILON_KEYS if k in record.metrics}
-            return {**values, "rounds": len(model.history), "delta": model.config.privacy.dp.delta}
+            dp = model.config.privacy.dp
+            # what one (epsilon, delta) is about: an organisation's whole update, or one of its documents
+            protects = "one document of an organisation" if dp.level == "sample" else "one organisation's data"
+            return {**values, "rounds": len(model.history), "delta": dp.delta, "protects": protects}
     return None
 
 
