@@ -55,7 +55,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -100,9 +100,8 @@ STAGES = ("setup", "share keys", "collect masked vectors", "unmask")
 @dataclass(frozen=True)
 class SecureReplies(Replies):
     """A secure round's replies: one aggregate update, and the organisations summed into it with
-    the example counts they declared (plaintext in SecAgg+: Flower's FitRes ``num_examples``)."""
-
-    contributors: dict[str, int] = field(default_factory=dict)
+    the example counts they declared (plaintext in SecAgg+: Flower's FitRes ``num_examples``), in
+    :class:`Replies`'s ``contributors``."""
 
 
 @dataclass(frozen=True)

@@ -321,3 +321,54 @@ def test_progress_bar_shows_every_rounds_loss_and_keeps_the_latest_validation_lo
     assert bar.kwargs["miniters"] == 1 and bar.kwargs["mininterval"] == 1.0
     assert [s["loss"] for s in bar.shown] == [f"{r.loss:.1f}" for r in history]  # this round's loss, each round
     assert [s.get("val") for s in bar.shown] == [None, "7.2", "7.2", "6.5", "6.5"]
+
+
+class SecureSum(InProcessEngine):
+    """What a secure-aggregation engine returns (flower/secagg.py): one example-weighted mean named
+    ``secure_aggregate`` and the organisations in it with the counts they declared; ``declared``
+    changes those declarations, as a lying node could in SecAgg+'s plaintext FitRes."""
+
+    def __init__(self, endpoints, declared=None) -> None:
+        super().__init__(endpoints)
+        self.declared = dict(declared or {})
+        self.extra = self.declared.pop("claimed extra", 0)  # the aggregate claims that many more examples
+
+    def broadcast(self, instruction, to=None):
+        from fedtopic_pipelines.core.federated.aggregation import weighted_mean
+        from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Replies
+
+        replies = super().broadcast(instruction, to)
+        counts = {u.client_id: u.num_examples for u in replies.updates}
+        counts.update(self.declared)
+        mean = weighted_mean([u.tensors for u in replies.updates], [u.num_examples for u in replies.updates])
+        first = replies.updates[0]
+        aggregate = dataclasses.replace(
+            first, client_id=SECURE_AGGREGATE, tensors=mean, num_examples=sum(counts.values()) + self.extra
+        )
+        return Replies([aggregate], replies.failures, contributors=counts)
+
+
+@pytest.mark.parametrize(
+    ("declared", "says"),
+    [
+        ({}, None),
+        ({"other": 17}, "declare more examples than they hold: {'other': 17} (at most {'other': 9})"),
+        ({"stranger": 1}, "sums organisations not of this federation: ['stranger']"),
+        ({"claimed extra": 2}, "it claims 18 examples, its organisations declared 16"),
+    ],
+)
+def test_a_secure_aggregate_is_held_to_each_summed_organisations_capacity(declared, says, caplog) -> None:
+    """The server cannot see a secure sum's parts, but each organisation in it declares its count in
+    the clear: each must be within that organisation's own capacity (not the federation's total),
+    and an organisation missing from the sum is logged."""
+    server, _ = _server(capacity={"good": 9, "other": 9, "idle": 9})
+    engine = SecureSum([_client("good", 1), _client("other", 2)], declared)
+    if says is None:
+        with caplog.at_level("WARNING", logger="fedtopic_pipelines.core.federated.server"):
+            (record,) = server.run(engine, progress=False)
+        assert record.rejected == {}
+        assert "the secure sum holds 2 of the 3 organisations asked (['idle'] left out)" in caplog.text
+        return
+    with pytest.raises(NoUsableUpdates) as raised:
+        server.run(engine, progress=False)
+    assert says in str(raised.value)

@@ -67,7 +67,10 @@ class Update:
 
 @dataclass(frozen=True)
 class Replies:
-    """What an engine collected for one instruction: the updates and who failed, and why."""
+    """What an engine collected for one instruction: the updates and who failed, and why.
+    ``contributors``: in a secure-aggregation round, the organisations summed into its one
+    update with the example counts they declared (each is checked against its own capacity)."""
 
     updates: list[Update]
     failures: dict[str, str] = field(default_factory=dict)
+    contributors: dict[str, int] = field(default_factory=dict)

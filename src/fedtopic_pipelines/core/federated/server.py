@@ -122,9 +122,15 @@ class FederatedServer:
         self.waited = 0
 
     def _screen(
-        self, updates: list[Update], round_: int, check: Callable[[Update, int | None], None], limits
+        self,
+        updates: list[Update],
+        round_: int,
+        check: Callable[[Update, int | None], None],
+        limits,
+        contributors: dict[str, int] | None = None,
     ) -> tuple[list[Update], dict[str, str]]:
-        """The updates that pass ``check``; the others by client with the reason (logged)."""
+        """The updates that pass ``check``; the others by client with the reason (logged).
+        ``contributors``: a secure round's summed organisations and their declared counts."""
         ids = Counter(str(getattr(u, "client_id", "?")) for u in updates)
         accepted, rejected = [], {}
         for update in updates:
@@ -136,7 +142,7 @@ class FederatedServer:
                     raise UpdateRejected(cid, f"{ids[cid]} updates in one round from the same client; all left out")
                 if limits is not None and cid == SECURE_AGGREGATE and cid not in limits:
                     # secure aggregation: one update, the organisations' sum, that claims at most their total
-                    check(update, sum(limits.values()))
+                    check(update, _secure_capacity(update, contributors or {}, limits))
                     accepted.append(update)
                     continue
                 if limits is not None and cid not in limits:
@@ -158,7 +164,20 @@ class FederatedServer:
             instruction = dataclasses.replace(instruction, config={**instruction.config, **self.context})
         sampled = self.sample(round_) if self.sample is not None else None
         replies = engine.broadcast(instruction) if sampled is None else engine.broadcast(instruction, to=sampled)
-        accepted, rejected = self._screen(list(replies.updates), round_, self.strategy.validate, self.capacity)
+        accepted, rejected = self._screen(
+            list(replies.updates), round_, self.strategy.validate, self.capacity, replies.contributors
+        )
+        asked = list(sampled) if sampled is not None else list(self.capacity or {})
+        if replies.contributors and len(replies.contributors) < len(asked):
+            logger.warning(
+                "%s round %d: the secure sum holds %d of the %d organisations asked (%s left out); under DP "
+                "with the noise at the clients its noise is that share of the planned",
+                self.name,
+                round_,
+                len(replies.contributors),
+                len(asked),
+                sorted(set(asked) - set(replies.contributors)),
+            )
         for client, reason in replies.failures.items():
             logger.warning("%s round %d: client '%s' failed: %s", self.name, round_, client, reason)
         if not accepted:
@@ -310,3 +329,26 @@ class FederatedServer:
         self.best_loss, self.best_state = float(best["loss"]), best["state"]
         self.waited, self.best_round = int(best["waited"]), best["round"]
         self.strategy.load_state_dict(checkpoint["strategy"])
+
+
+def _secure_capacity(update: Update, contributors: dict[str, int], limits: dict[str, int]) -> int:
+    """The most examples a secure aggregate may claim: the capacities of the organisations summed
+    into it when the engine names them (each one's declared count within its own capacity, and
+    the counts adding up to the aggregate's), else every organisation's."""
+    if not contributors:
+        return sum(limits.values())
+    unknown = sorted(set(contributors) - set(limits))
+    if unknown:
+        raise UpdateRejected(SECURE_AGGREGATE, f"it sums organisations not of this federation: {unknown}")
+    over = {org: n for org, n in contributors.items() if n > limits[org]}
+    if over:
+        raise UpdateRejected(
+            SECURE_AGGREGATE,
+            f"organisations declare more examples than they hold: {over} (at most { ({o: limits[o] for o in over}) })",
+        )
+    if sum(contributors.values()) != update.num_examples:
+        raise UpdateRejected(
+            SECURE_AGGREGATE,
+            f"it claims {update.num_examples} examples, its organisations declared {sum(contributors.values())}",
+        )
+    return sum(limits[org] for org in contributors)
