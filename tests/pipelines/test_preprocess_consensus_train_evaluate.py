@@ -435,4 +435,6 @@ def test_sample_level_dp_through_train_evaluate_and_the_privacy_report(tiny_raw_
     assert set(epsilon) == {"federated"}
     assert epsilon["federated"]["protects"] == "one document of an organisation"
     assert math.isfinite(epsilon["federated"]["epsilon_rdp"]) and epsilon["federated"]["rounds"] == 6
+    (logged,) = out["training_metrics_mlflow"]["federated.epsilon_rdp"]  # MLflow: train.federated.epsilon_rdp
+    assert logged == {"value": epsilon["federated"]["epsilon_rdp"], "step": 5}
     assert math.isfinite(out["metrics"]["models"]["federated"]["c_npmi"])

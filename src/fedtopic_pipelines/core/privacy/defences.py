@@ -16,6 +16,10 @@ Where the noise is drawn (``privacy.dp.noise_at``):
   (``Reducer`` with ``dp`` at the server), as Flower's server-side wrapper does. The model
   it releases is private; the server itself saw every clipped update in the clear.
 
+Sample-level DP (``privacy.dp.level: sample``) is DP-SGD inside each organisation
+(:mod:`fedtopic_pipelines.core.privacy.dpsgd`); here only its plan (epsilon per document) and
+the instruction that asks for it.
+
 Robust rules (median, trimmed mean, Krum: :mod:`fedtopic_pipelines.core.privacy.robust`)
 replace the weighted mean. Every mode measures each update's norm and logs, by name, an
 organisation whose update is ``outlier_factor`` times the round's median norm.

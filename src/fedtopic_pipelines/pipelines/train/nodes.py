@@ -114,7 +114,8 @@ def training_histories(
     models: dict[str, TrainedModel], runs: dict[str, Any], organisations: list[str], every: int
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, float]]]]:
     """Each model's full history (JSON) and the series for MLflow: every ``every``-th round's
-    loss, and every round an organisation was left out of (failed or rejected update).
+    loss, every round an organisation was left out of (failed or rejected update), and under
+    ``privacy.dp`` the epsilon spent where the server recorded it (every 100th and the last round).
 
     Every named metric the family's clients report (ProdLDA: loss, kl, reconstruction) and
     the strategy's convergence measure, when computed, get a series of their own.
@@ -143,6 +144,10 @@ def training_histories(
         }
         kept = [r for r in records if r.round % every == 0 or r is records[-1]]
         mlflow[f"{name}.loss"] = [{"value": r.loss, "step": r.round} for r in kept]
+        for key in ("epsilon_rdp", "epsilon_pld"):  # privacy.dp: the privacy spent, where the server recorded it
+            spent = [{"value": r.metrics[key], "step": r.round} for r in records if key in r.metrics]
+            if spent:
+                mlflow[f"{name}.{key}"] = spent
         left_out = [r for r in records if r.failed or r.rejected]
         if left_out:  # every such round, not thinned: each is an event worth seeing
             mlflow[f"{name}.failed_updates"] = [{"value": len(r.failed), "step": r.round} for r in left_out]
