@@ -41,9 +41,12 @@ the clients, the same clip; epsilon for one organisation, every organisation eve
 sample-level DP-SGD (C_doc; epsilon for one document of the smallest organisation, sampled at
 batch / its documents per round), epsilon by the project's accountant, pooled NPMI (the
 evaluator's exact counts: core/metrics) and SVM macro-F1 of the pooled test documents' topic
-proportions; the PNG is ``docs/img/privacy_quality.png``. Numbers to ``--json`` (default ``.cache/bench/privacy.json``).
+proportions; the PNG is ``docs/img/privacy_quality.png``. The seed's own metrics, DSS and TSS
+against the generator's truth (gFedNTM sec. 4.1.2), on one point of its synthetic experiment
+(:func:`seed_metric`) at ``--synthetic-sigmas``, both levels. Numbers to ``--json`` (default
+``.cache/bench/privacy.json``).
 
-    .venv/bin/python bench/bench_privacy.py            # ~30 minutes on 2 cores
+    .venv/bin/python bench/bench_privacy.py            # ~20 minutes on 2 cores
     .venv/bin/python bench/bench_privacy.py --quick    # ~1 minute smoke
 """
 
@@ -84,6 +87,10 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--quality-topics", type=int, default=20, help="the quality runs' topics (base: 20)")
     parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument(
+        "--synthetic-steps", type=int, default=200, help="rounds of each run of gFedNTM's synthetic point (DSS, TSS)"
+    )
+    parser.add_argument("--synthetic-sigmas", type=float, nargs="+", default=[0.0, 1.0, 4.0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, default=ROOT / ".cache/bench/privacy.json")
     parser.add_argument("--png", type=Path, default=ROOT / "docs/img/privacy_quality.png")
@@ -95,6 +102,7 @@ def _args() -> argparse.Namespace:
             args.png = ROOT / ".cache/bench/privacy_quality_quick.png"
         args.train_docs, args.test_docs, args.attack_rounds = 60, 30, 2
         args.train_rounds, args.quality_rounds, args.sigmas, args.nmf_rounds = 10, 10, [0.0, 1.0], 3
+        args.synthetic_steps, args.synthetic_sigmas = 5, [1.0]
         if args.families == parser.get_default("families"):
             args.families = ["prodlda", "nmf", "word2vec"]
     return args
@@ -526,6 +534,82 @@ def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]],
     return rows, clip, doc_clip
 
 
+def seed_metric(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """gFedNTM's own metrics, DSS and TSS against the generator's truth, at each DP level and sigma:
+    one point of the synthetic experiment (the ``reduced`` environment's generator: L 5, V 5000,
+    K 50, K' 10, 1,000 training and 200 validation documents per organisation; ``--quick``: the
+    smoke environment's tiny one), federated ProdLDA with LayerNorm (DP refuses BatchNorm) for
+    ``--synthetic-steps`` rounds without validation (DP refuses it), C the median update norm of
+    the run without DP, C_doc the median per-document gradient norm at the initial model."""
+    import pandas as pd
+    from common import project_config
+
+    from fedtopic_pipelines.core.config import PrivacyConfig
+    from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
+    from fedtopic_pipelines.core.synthetic import generate
+    from fedtopic_pipelines.core.synthetic_experiment import consensus_matrices, run_point
+
+    _, project = project_config("smoke" if args.quick else "reduced")
+    synthetic = project.synthetic
+    point = synthetic.points()[0]
+    if not args.quick:
+        point = type(point)("n_shared", 10.0, 0)
+    model = {**synthetic.train.model.to_params(), "normalization": "layer"}
+    train = synthetic.train.replace(
+        scenarios=("federated",), max_steps=args.synthetic_steps, max_epochs=None, validation_fraction=0.0
+    )
+    train = train.replace(model=type(train.model).model_validate(model), device="cpu", threads=None)
+    corpus = generate(point.generator_config(synthetic))
+    terms, matrices, _ = consensus_matrices(corpus, synthetic.consensus)
+
+    class Shim:  # what federate and document_clip read of a Demo
+        vocab_size = len(terms)
+        vocabulary = pd.DataFrame({"term": terms})
+
+    seeded = train.replace(seed=point.seed(synthetic))  # run_point's seed: the same initial model and batches
+    engine, _ = federate(Shim, matrices, seeded, args.attack_rounds)
+    clip, doc_clip = median_norm(engine), document_clip(Shim, matrices, seeded)
+    logger.info("synthetic: C = %.4g, C_doc = %.4g", clip, doc_clip)
+    rows = []
+    settings = [("off", "off", None)]
+    settings += [(f"client, sigma {s:g}", "client", s) for s in args.synthetic_sigmas]
+    settings += [(f"sample, sigma {s:g}", "sample", s) for s in args.synthetic_sigmas]
+    documents = min(m.shape[0] for m in matrices.values())
+    for name, level, sigma in settings:
+        privacy = PrivacyConfig()
+        if sigma is not None:
+            bound = clip if level == "client" else doc_clip
+            privacy = PrivacyConfig.model_validate(
+                {"dp": {"level": level, "clip": bound, "noise_multiplier": sigma, "delta": args.delta}}
+            )
+        config = synthetic.model_copy(update={"train": train.replace(privacy=privacy)})
+        started = time.perf_counter()
+        result = run_point(config, point, progress=False)
+        (row,) = result.rows
+        sampling = 1.0 if level != "sample" else min(1.0, train.batch_size / documents)
+        epsilon = (
+            math.inf
+            if sigma is None
+            else gaussian_privacy(sigma, args.synthetic_steps, args.delta, 1.0, sampling).epsilon_rdp
+        )
+        rows.append(
+            {
+                "setting": name,
+                "level": level,
+                "sigma": sigma,
+                "clip": None if sigma is None else (clip if level == "client" else doc_clip),
+                "sampling": sampling,
+                "epsilon_rdp": epsilon,
+                "dss": row["dss"],
+                "tss": row["tss"],
+                "tss_baseline": row["tss_baseline"],
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        logger.info("synthetic %s: epsilon %.4g, DSS %.1f, TSS %.3f", name, epsilon, row["dss"], row["tss"])
+    return rows
+
+
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib
 
@@ -629,6 +713,7 @@ def main() -> None:
             logger.warning("%s: SKIPPED: %s: %s", family, type(exc).__name__, exc)
             results[family] = {"columns": {}, "skipped": f"{type(exc).__name__}: {exc}"}
     rows, clip, doc_clip = quality(demo, args)
+    synthetic_rows = seed_metric(args)
     title = (
         f"ProdLDA, demo slice ({len(demo.orgs)} organisations, {args.train_docs} train docs each at most), "
         f"{args.quality_rounds} rounds, K = {args.quality_topics if args.quality_model else 'smoke'}, "
@@ -672,12 +757,27 @@ def main() -> None:
         sigma = "" if r["sigma"] is None else f"{r['sigma']:g}"
         sampling = "" if r["sigma"] is None else f"{r['sampling']:.3g}"
         print(f"| {r['setting']} | {sigma} | {sampling} | {eps} | {npmi} | {f1} | {r['seconds']:.1f} |")
+    print(
+        f"\ngFedNTM's own metrics on its synthetic data ({args.synthetic_steps} rounds, federated ProdLDA with "
+        "LayerNorm; DSS: lower is better, TSS: higher is better, out of K; the a-priori TSS baseline beside)\n"
+    )
+    print("| setting | sigma | sampling | epsilon (RDP) | DSS | TSS | TSS baseline | seconds |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in synthetic_rows:
+        eps = "inf" if math.isinf(r["epsilon_rdp"]) else f"{r['epsilon_rdp']:.4g}"
+        sigma = "" if r["sigma"] is None else f"{r['sigma']:g}"
+        sampling = "" if r["sigma"] is None else f"{r['sampling']:.3g}"
+        print(
+            f"| {r['setting']} | {sigma} | {sampling} | {eps} | {r['dss']:.1f} | {r['tss']:.3f} | "
+            f"{r['tss_baseline']:.3f} | {r['seconds']:.1f} |"
+        )
     print(f"\nPNG: {args.png}\nJSON: {args.json}\ntotal: {seconds:.1f} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     out = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "attacks": results,
         "quality": rows,
+        "synthetic": synthetic_rows,
         "seconds": seconds,
     }
     args.json.write_text(json.dumps(out, indent=1, default=lambda x: None if x is None else float(x)))

@@ -191,3 +191,5 @@ def test_bench_privacy_smoke(tmp_path: Path) -> None:
     assert set(saved["attacks"]) == {"prodlda", "nmf", "word2vec"}
     assert "a" in saved["attacks"]["prodlda"]["columns"]["dp@sample"]  # DP-SGD ran for ProdLDA
     assert "refused" in out.split("| nmf |", 1)[1].split("\n", 1)[0]  # NMF's local epochs refuse it
+    assert [r["level"] for r in saved["synthetic"]] == ["off", "client", "sample"]  # gFedNTM's DSS and TSS
+    assert all(np.isfinite(r["dss"]) and r["tss"] > 0 for r in saved["synthetic"])

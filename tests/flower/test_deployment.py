@@ -67,6 +67,24 @@ def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation)
     assert sorted(run["nodes"]) == sorted(paths) and len(run["latencies_s"]) == ROUNDS
 
 
+def test_loopback_secure_rounds_with_real_flower_processes(federation) -> None:
+    """``privacy.secure_aggregation`` on the real processes: SecAgg+'s four stages per round, 12
+    messages for 3 nodes, and the model the plain in-process run trains, within the quantisation bound."""
+    from tests.flower.test_secagg import assert_within_quantisation_bound, secure_train
+
+    fed, paths, root = federation
+    rounds, lr = 1, 0.1  # a secure round is four exchanges, each a push and a pull through the SuperLink
+    train = {**TRAIN, "max_steps": rounds, "optimizer": {"name": "sgd", "lr": lr}}
+    job_file = root / "secure-job.json"
+    job_file.write_text(json.dumps(job(list(paths), secure_train(train)).to_dict()))
+    fed.submit({"job-file": str(job_file), "output-dir": str(root / "secure-out")}, timeout=240)
+    _, model, run = load_result(root / "secure-out")
+    _, expected = in_process(paths, train)
+    assert run["secure_aggregation"] and [m["sent"] for m in run["messages"]] == [12] * rounds
+    assert [m["received"] for m in run["messages"]] == [12] * rounds
+    assert_within_quantisation_bound(model.state, expected, rounds, lr)
+
+
 def test_a_supernode_with_an_unregistered_key_is_refused(federation) -> None:
     fed, paths, _ = federation
     key, _ = make_key_pair(fed.root / "stranger-keys", "stranger")

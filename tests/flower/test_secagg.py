@@ -4,7 +4,8 @@ On the in-process grid (Flower's real ClientApp, ``secaggplus_mod``, ``SecAggPlu
 and records): what the server receives in a secure round holds no organisation's update, the
 aggregate is the example-weighted mean within the quantisation bound, a node that drops out
 mid-round is left out of the sum, and N secure rounds train the plain run's model within the
-bound. On loopback (real SuperLink, SuperNodes and executors, TLS): the same within the bound.
+bound. On loopback (real SuperLink, SuperNodes and executors, TLS): the same within the bound, in
+tests/flower/test_deployment.py (its federation, started once for all its tests).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import copy
 import json
 import logging
 import math
-import time
 
 import numpy as np
 import pytest
@@ -24,10 +24,10 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from fedtopic_pipelines.flower import engine as engine_module
 from fedtopic_pipelines.flower import secagg
 from fedtopic_pipelines.flower.client_app import app as client_app
-from fedtopic_pipelines.flower.federation import load_result, run_flower_federation
+from fedtopic_pipelines.flower.federation import run_flower_federation
 from fedtopic_pipelines.flower.secagg import SECURE_AGGREGATE, SecAggSettings, quantisation_bound
 from tests.flower.local_grid import LocalGrid
-from tests.flower.test_federation import TRAIN, in_process, job, node_configs, write_sites
+from tests.flower.test_federation import TRAIN, job, node_configs, write_sites
 
 logger = logging.getLogger(__name__)
 SECURE = {"secure_aggregation": True}
@@ -189,28 +189,6 @@ def assert_within_quantisation_bound(secure: dict, plain: dict, rounds: int, lr:
     assert worst["running"] <= 2 * rounds * q, (worst, q)
     assert worst["weights"] > 0  # it did go through the quantiser
     return worst
-
-
-@pytest.mark.deployment
-def test_loopback_secure_rounds_with_real_flower_processes(tiny_raw_tables, tmp_path) -> None:
-    from fedtopic_pipelines.flower.deployment import LocalFederation
-
-    rounds, lr = 1, 0.1  # a secure round is four exchanges, each about 3.5 s (the SuperNodes' 3 s sleep)
-    train = {**TRAIN, "max_steps": rounds, "optimizer": {"name": "sgd", "lr": lr}}
-    paths = write_sites(tiny_raw_tables, tmp_path)
-    job_file = tmp_path / "job.json"
-    job_file.write_text(json.dumps(job(list(paths), secure_train(train)).to_dict()))
-    start = time.monotonic()
-    with LocalFederation(tmp_path / "fed", paths) as fed:
-        logger.info("federation up in %.1f s", time.monotonic() - start)
-        fed.submit({"job-file": str(job_file), "output-dir": str(tmp_path / "out")}, timeout=240)
-        logger.info("run done at %.1f s", time.monotonic() - start)
-    _, model, run = load_result(tmp_path / "out")
-    _, expected = in_process(paths, train)
-    logger.info("round latencies %s", run["latencies_s"])
-    assert run["secure_aggregation"] and [m["sent"] for m in run["messages"]] == [12] * rounds
-    assert [m["received"] for m in run["messages"]] == [12] * rounds
-    assert_within_quantisation_bound(model.state, expected, rounds, lr)
 
 
 def test_with_dp_noise_at_the_clients_the_secure_mean_is_unweighted(tiny_raw_tables, tmp_path) -> None:

@@ -99,16 +99,23 @@ def _caches(orgs: list[str], folder) -> dict:
     return {f"clients.{o}.embedding_cache": folder / "embedding_cache" / o for o in orgs}
 
 
-def test_full_chain_in_memory(tiny_raw_tables, tmp_path) -> None:
-    data = {
-        **_raw(tiny_raw_tables),
-        **_caches(ORGS, tmp_path),
+def _chain_inputs(tables, folder, train: dict, **params) -> dict:
+    """Every input of :func:`_chain` over ``ORGS``: the raw tables, the caches and the parameter
+    blocks, with ``train`` and any other ``params:<name>`` given."""
+    return {
+        **_raw(tables),
+        **_caches(ORGS, folder),
         "params:preprocess": PRE,
         "params:vocab_consensus": VOCAB,
-        "params:train": TRAIN,
+        "params:train": train,
         "params:organisations": ORGS,
         "params:evaluate": EVAL,
+        **{f"params:{name}": value for name, value in params.items()},
     }
+
+
+def test_full_chain_in_memory(tiny_raw_tables, tmp_path) -> None:
+    data = _chain_inputs(tiny_raw_tables, tmp_path, TRAIN)
     pipe = _chain(ORGS)
     out = run_slice(pipe, data)
     assert not any(out[f"clients.{o}.embeddings"].computed for o in ORGS)  # ProdLDA reads none
@@ -315,15 +322,7 @@ def _contextual_inputs(family: str, tables, sentence_model, folder) -> tuple[dic
 
     model = {**TRAIN["model"], "family": family, "embedding_size": TINY_EMBEDDING_SIZE}
     params = {**TRAIN, "max_steps": 40, "model": model, "embeddings": {"model": str(sentence_model)}}
-    data = {
-        **_raw(tables),
-        **_caches(ORGS, folder),
-        "params:preprocess": PRE,
-        "params:vocab_consensus": VOCAB,
-        "params:train": params,
-        "params:organisations": ORGS,
-        "params:evaluate": EVAL,
-    }
+    data = _chain_inputs(tables, folder, params)
     return params, data
 
 
@@ -389,15 +388,7 @@ def test_the_chain_trains_and_evaluates_fednmf_and_prodlda_under_a_weights_rule(
     fedavg = {**TRAIN, "max_steps": 6, "model": {**TRAIN["model"], "normalization": "layer"}}
     fedavg["aggregation"] = {"rule": "fedyogi", "local_epochs": 2}
     for params in (nmf, fedavg):
-        data = {
-            **_raw(tiny_raw_tables),
-            **_caches(ORGS, tmp_path),
-            "params:preprocess": PRE,
-            "params:vocab_consensus": VOCAB,
-            "params:train": params,
-            "params:organisations": ORGS,
-            "params:evaluate": EVAL,
-        }
+        data = _chain_inputs(tiny_raw_tables, tmp_path, params)
         out = run_slice(_chain(ORGS), data)
         models = out["trained_models"]
         assert all(len(m.history) == 6 for m in models.values())
@@ -417,16 +408,7 @@ def test_sample_level_dp_through_train_evaluate_and_the_privacy_report(tiny_raw_
 
     dp = {"dp": {"level": "sample", "clip": 1.0, "noise_multiplier": 1.0}, "attacks": False}
     params = {**TRAIN, "max_steps": 6, "model": {**TRAIN["model"], "normalization": "layer"}}
-    data = {
-        **_raw(tiny_raw_tables),
-        **_caches(ORGS, tmp_path),
-        "params:preprocess": PRE,
-        "params:vocab_consensus": VOCAB,
-        "params:train": params,
-        "params:organisations": ORGS,
-        "params:evaluate": EVAL,
-        "params:privacy": dp,
-    }
+    data = _chain_inputs(tiny_raw_tables, tmp_path, params, privacy=dp)
     out = run_slice(_chain(ORGS) + privacy_pipeline.create_pipeline(ORGS), data)
     models = out["trained_models"]
     assert all(math.isnan(r.loss) for r in models["federated"].history)  # under DP no loss leaves

@@ -897,6 +897,12 @@ class TrainConfig(ConfigModel):
                 "batch's BatchNorm means and variances, in the clear and outside what the accountant bounds; use "
                 "normalization layer or none (docs/privacy.md)"
             )
+        if privacy.dp.on and self.validation_fraction > 0:
+            raise ValueError(
+                f"'privacy.dp' is on with 'train.validation_fraction: {self.validation_fraction}': every validation "
+                "sends each organisation's loss on its held-out documents without noise, outside what the "
+                "accountant bounds; set validation_fraction: 0 (a fixed number of rounds), as PC-TD does"
+            )
         if privacy.dp.level == "sample" and rule != "fedsgd":
             raise ValueError(
                 f"'privacy.dp.level' is 'sample' with 'train.aggregation.rule: {rule}': DP-SGD is built here for one "

@@ -133,5 +133,7 @@ def test_sample_level_takes_a_robust_rule_but_not_local_epochs_server_noise_or_b
         _check({"train": layer, "privacy": {"dp": {**sample, "noise_at": "server"}}})
     with pytest.raises(ConfigError, match="BatchNorm"):
         _check({"train": {"model": {"normalization": "batch"}}, "privacy": {"dp": sample}})
+    with pytest.raises(ConfigError, match="held-out documents without noise"):
+        _check({"train": {**layer, "validation_fraction": 0.25}, "privacy": {"dp": sample}})
     with pytest.raises(ConfigError, match="word2vec"):
         _check({"train": {}, "word2vec": {}, "privacy": {"dp": sample}}, ["word2vec"])
