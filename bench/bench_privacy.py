@@ -456,6 +456,29 @@ def run_family(demo: Demo, family: str, args: argparse.Namespace) -> dict[str, A
 # -- quality ------------------------------------------------------------------------------------
 
 
+def dp_settings(sigmas: list[float]) -> list[tuple[str, str, float | None]]:
+    """(name, level, sigma): no DP, then client level and sample level at each sigma."""
+    return [
+        ("off", "off", None),
+        *((f"client, sigma {s:g}", "client", s) for s in sigmas),
+        *((f"sample, sigma {s:g}", "sample", s) for s in sigmas),
+    ]
+
+
+def spent(
+    name: str, level: str, sigma: float | None, clips: tuple[float, float], sampled: float, rounds: int, delta: float
+) -> dict[str, Any]:
+    """A sweep row's DP part: the clip of its level (C, C_doc) and epsilon by the project's
+    accountant, every organisation every round at client level, at sample level each document
+    sampled at ``sampled`` (batch / the smallest organisation's documents)."""
+    from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
+
+    sampling = 1.0 if level != "sample" else min(1.0, sampled)
+    epsilon = math.inf if sigma is None else gaussian_privacy(sigma, rounds, delta, 1.0, sampling).epsilon_rdp
+    clip = None if sigma is None else clips[0 if level == "client" else 1]
+    return {"setting": name, "level": level, "sigma": sigma, "clip": clip, "sampling": sampling, "epsilon_rdp": epsilon}
+
+
 def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]], float, float]:
     """ProdLDA at each level and noise multiplier: epsilon, pooled NPMI, SVM macro-F1; the clip C
     (the median update norm of the run without DP, its first ``--attack-rounds`` rounds) and C_doc."""
@@ -472,21 +495,15 @@ def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]],
         count_cooccurrences,
     )
     from fedtopic_pipelines.core.metrics.topics import top_words
-    from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 
     evaluate = from_mapping(EvaluateConfig, demo.params["evaluate"], "evaluate")
     texts = [t for org in demo.orgs for t in demo.texts[org]]
     test = sp.vstack([demo.test[o].matrix for o in demo.orgs]).tocsr()
     labels = np.concatenate([demo.test[o].labels for o in demo.orgs])
-    settings: list[tuple[str, str, float | None]] = [
-        ("off", "off", None),
-        *((f"client, sigma {s:g}", "client", s) for s in args.sigmas),
-        *((f"sample, sigma {s:g}", "sample", s) for s in args.sigmas),
-    ]
     rows = []
     clip = doc_clip = math.nan
     data = demo.matrices()
-    for name, level, sigma in settings:
+    for name, level, sigma in dp_settings(args.sigmas):
         privacy = None
         if sigma is not None:
             bound = clip if level == "client" else doc_clip
@@ -508,22 +525,13 @@ def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]],
         npmi = coherence_by_model({"m": topics}, candidates, counts, "c_npmi")["m"].mean
         theta = model.doc_topic(torch.from_numpy(test.toarray().astype(np.float32))).numpy()
         f1 = svm_macro_f1(theta, labels, evaluate.svm_test_size, evaluate.svm_c, evaluate.seed)
-        # client level: every organisation every round; sample level: batch / the smallest organisation's documents
-        sampling = 1.0 if level != "sample" else min(1.0, config.batch_size / min(m.shape[0] for m in data.values()))
-        epsilon = (
-            math.inf
-            if sigma is None
-            else gaussian_privacy(sigma, args.quality_rounds, args.delta, 1.0, sampling).epsilon_rdp
-        )
+        sampled = config.batch_size / min(m.shape[0] for m in data.values())
+        row = spent(name, level, sigma, (clip, doc_clip), sampled, args.quality_rounds, args.delta)
+        epsilon = row["epsilon_rdp"]
         rows.append(
             {
-                "setting": name,
-                "level": level,
-                "sigma": sigma,
-                "clip": None if sigma is None else (clip if level == "client" else doc_clip),
-                "sampling": sampling,
+                **row,
                 "rounds": args.quality_rounds,
-                "epsilon_rdp": epsilon,
                 "delta": args.delta,
                 "npmi": npmi,
                 "macro_f1": f1,
@@ -545,7 +553,6 @@ def seed_metric(args: argparse.Namespace) -> list[dict[str, Any]]:
     from common import project_config
 
     from fedtopic_pipelines.core.config import PrivacyConfig
-    from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
     from fedtopic_pipelines.core.synthetic import generate
     from fedtopic_pipelines.core.synthetic_experiment import consensus_matrices, run_point
 
@@ -571,11 +578,8 @@ def seed_metric(args: argparse.Namespace) -> list[dict[str, Any]]:
     clip, doc_clip = median_norm(engine), document_clip(Shim, matrices, seeded)
     logger.info("synthetic: C = %.4g, C_doc = %.4g", clip, doc_clip)
     rows = []
-    settings = [("off", "off", None)]
-    settings += [(f"client, sigma {s:g}", "client", s) for s in args.synthetic_sigmas]
-    settings += [(f"sample, sigma {s:g}", "sample", s) for s in args.synthetic_sigmas]
     documents = min(m.shape[0] for m in matrices.values())
-    for name, level, sigma in settings:
+    for name, level, sigma in dp_settings(args.synthetic_sigmas):
         privacy = PrivacyConfig()
         if sigma is not None:
             bound = clip if level == "client" else doc_clip
@@ -586,20 +590,11 @@ def seed_metric(args: argparse.Namespace) -> list[dict[str, Any]]:
         started = time.perf_counter()
         result = run_point(config, point, progress=False)
         (row,) = result.rows
-        sampling = 1.0 if level != "sample" else min(1.0, train.batch_size / documents)
-        epsilon = (
-            math.inf
-            if sigma is None
-            else gaussian_privacy(sigma, args.synthetic_steps, args.delta, 1.0, sampling).epsilon_rdp
-        )
+        dp = spent(name, level, sigma, (clip, doc_clip), train.batch_size / documents, args.synthetic_steps, args.delta)
+        epsilon = dp["epsilon_rdp"]
         rows.append(
             {
-                "setting": name,
-                "level": level,
-                "sigma": sigma,
-                "clip": None if sigma is None else (clip if level == "client" else doc_clip),
-                "sampling": sampling,
-                "epsilon_rdp": epsilon,
+                **dp,
                 "dss": row["dss"],
                 "tss": row["tss"],
                 "tss_baseline": row["tss_baseline"],
