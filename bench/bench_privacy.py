@@ -211,19 +211,20 @@ def train_config(demo: Demo, family: str, rounds: int, privacy: dict | None = No
     return config
 
 
-def federate(demo: Demo, data: dict, config, keep: int, keep_state: bool = False):
-    """One federated run on ``data``, the server's view recorded; returns (engine, trained model)."""
+def federate(vocabulary, data: dict, config, keep: int, keep_state: bool = False):
+    """One federated run on ``data`` over the agreed ``vocabulary`` (a frame with its terms), the
+    server's view recorded; returns (engine, trained model)."""
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
     from fedtopic_pipelines.core.federated.federation import run_federation
     from fedtopic_pipelines.core.federated.site import MemoryEndpoint
     from fedtopic_pipelines.core.privacy.attacks import RecordingEngine
 
     engine = RecordingEngine(InProcessEngine([MemoryEndpoint(o, d) for o, d in data.items()]), keep, keep_state)
-    result = run_federation(engine, list(data), config, vocabulary=demo.vocabulary, progress=False)
+    result = run_federation(engine, list(data), config, vocabulary=vocabulary, progress=False)
     return engine, result.model.to_model()
 
 
-def document_clip(demo: Demo, data: dict, config) -> float:
+def document_clip(data: dict, config) -> float:
     """Sample-level DP's clip C_doc: the median norm of one document's gradient at the initial
     model, over each organisation's first batch."""
     import torch
@@ -233,7 +234,7 @@ def document_clip(demo: Demo, data: dict, config) -> float:
 
     family = get_family(config.model.family)
     cpu = torch.device("cpu")
-    model = family.create_model(demo.vocab_size, config, cpu)
+    model = family.create_model(next(iter(data.values())).shape[1], config, cpu)
     names = family.shared_names(model)
     norms = [
         document_norms(model, batch, generator, names)
@@ -410,7 +411,7 @@ def run_family(demo: Demo, family: str, args: argparse.Namespace) -> dict[str, A
     rounds = args.nmf_rounds if weights else args.train_rounds
     columns: dict[str, Any] = {}
     config = train_config(demo, family, rounds)
-    engine, model = federate(demo, data, config, keep, keep_state=weights)
+    engine, model = federate(demo.vocabulary, data, config, keep, keep_state=weights)
     truth = truth_of(demo, family, data, config, keep)
     clip = median_norm(engine, state=weights)
 
@@ -438,10 +439,10 @@ def run_family(demo: Demo, family: str, args: argparse.Namespace) -> dict[str, A
             try:
                 config = train_config(demo, family, rounds, privacy)
                 if name == "dp@sample":
-                    doc_clip = document_clip(demo, data, config)
+                    doc_clip = document_clip(data, config)
                     config = train_config(demo, family, rounds, {"dp": {**privacy["dp"], "clip": doc_clip}})
                     logger.info("%s / dp@sample: C_doc = %.4g", family, doc_clip)
-                engine, model = federate(demo, data, config, keep, keep_state=weights)
+                engine, model = federate(demo.vocabulary, data, config, keep, keep_state=weights)
             except Exception as exc:  # a defence the engine does not honour yet is reported, not hidden
                 logger.warning("%s / %s: not run: %s", family, name, exc)
                 columns[name] = {"skipped": f"{type(exc).__name__}: {exc}"}
@@ -511,14 +512,14 @@ def quality(demo: Demo, args: argparse.Namespace) -> tuple[list[dict[str, Any]],
         config = train_config(demo, "prodlda", args.quality_rounds, privacy, args.quality_model)
         started = time.perf_counter()
         try:
-            engine, model = federate(demo, data, config, args.attack_rounds if sigma is None else 0)
+            engine, model = federate(demo.vocabulary, data, config, args.attack_rounds if sigma is None else 0)
         except Exception as exc:
             logger.warning("quality %s: not run: %s", name, exc)
             rows.append({"setting": name, "level": level, "sigma": sigma, "skipped": f"{type(exc).__name__}: {exc}"})
             continue
         if sigma is None:
             clip = median_norm(engine)
-            doc_clip = document_clip(demo, data, config)
+            doc_clip = document_clip(data, config)
         topics = top_words(model.topic_word().numpy(), demo.terms, evaluate.top_words)
         candidates = CoherenceCandidates.from_topics(topics)
         counts = count_cooccurrences(texts, candidates, [context_of("c_npmi")])
@@ -569,13 +570,9 @@ def seed_metric(args: argparse.Namespace) -> list[dict[str, Any]]:
     corpus = generate(point.generator_config(synthetic))
     terms, matrices, _ = consensus_matrices(corpus, synthetic.consensus)
 
-    class Shim:  # what federate and document_clip read of a Demo
-        vocab_size = len(terms)
-        vocabulary = pd.DataFrame({"term": terms})
-
     seeded = train.replace(seed=point.seed(synthetic))  # run_point's seed: the same initial model and batches
-    engine, _ = federate(Shim, matrices, seeded, args.attack_rounds)
-    clip, doc_clip = median_norm(engine), document_clip(Shim, matrices, seeded)
+    engine, _ = federate(pd.DataFrame({"term": terms}), matrices, seeded, args.attack_rounds)
+    clip, doc_clip = median_norm(engine), document_clip(matrices, seeded)
     logger.info("synthetic: C = %.4g, C_doc = %.4g", clip, doc_clip)
     rows = []
     documents = min(m.shape[0] for m in matrices.values())

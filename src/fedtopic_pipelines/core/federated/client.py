@@ -101,18 +101,21 @@ class FamilyClient:
         plus this organisation's share of the noise, drawn from its own seeded stream for the
         round. The loss terms stay here: they are computed from the documents without noise,
         outside what the accountant bounds (docs/privacy.md)."""
-        bound, std, seed = (instruction.config[k] for k in NOISE_KEYS)
+        bound, std, generator = self._noise(instruction)
         reference = {k: instruction.state[k] for k in tensors} if weights else None
-        generator = noise_generator(int(seed), self.client_id, instruction.round)
-        return privatize(tensors, reference, float(bound), float(std), generator)
+        return privatize(tensors, reference, bound, std, generator)
 
     def private_step(self, instruction: Instruction) -> Any:
         """Sample-level DP-SGD's step: each document's gradient clipped to ``dp_clip``, noise of std
         ``dp_std`` on their sum from this organisation's seeded stream for the round (the batch's
         own dropout and reparameterisation draws are untouched, so a replay stays exact)."""
+        bound, std, generator = self._noise(instruction)
+        return self.family.private_step(self.model, self.stream, bound, std, generator)
+
+    def _noise(self, instruction: Instruction) -> tuple[float, float, torch.Generator]:
+        """The instruction's DP clip and noise std, and this organisation's noise stream for the round."""
         bound, std, seed = (instruction.config[k] for k in NOISE_KEYS)
-        generator = noise_generator(int(seed), self.client_id, instruction.round)
-        return self.family.private_step(self.model, self.stream, float(bound), float(std), generator)
+        return float(bound), float(std), noise_generator(int(seed), self.client_id, instruction.round)
 
     def load_shared(self, state: dict[str, torch.Tensor]) -> None:
         """Copy the broadcast shared parameters into the local model; a family whose local step

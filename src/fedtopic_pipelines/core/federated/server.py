@@ -342,9 +342,9 @@ def _secure_capacity(update: Update, contributors: dict[str, int], limits: dict[
         raise UpdateRejected(SECURE_AGGREGATE, f"it sums organisations not of this federation: {unknown}")
     over = {org: n for org, n in contributors.items() if n > limits[org]}
     if over:
+        most = {org: limits[org] for org in over}
         raise UpdateRejected(
-            SECURE_AGGREGATE,
-            f"organisations declare more examples than they hold: {over} (at most { ({o: limits[o] for o in over}) })",
+            SECURE_AGGREGATE, f"organisations declare more examples than they hold: {over} (at most {most})"
         )
     if sum(contributors.values()) != update.num_examples:
         raise UpdateRejected(

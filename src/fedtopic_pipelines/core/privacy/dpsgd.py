@@ -64,7 +64,8 @@ def document_gradients(
     batch = dense(model._cast(batch))
     n = int(model._bow(batch).shape[0])
     draws = model.draws(n, generator)
-    params = {name: p.detach() for name, p in model.named_parameters() if name in set(names)}
+    wanted = set(names)
+    params = {name: p.detach() for name, p in model.named_parameters() if name in wanted}
     frozen = {name: p.detach() for name, p in model.named_parameters() if name not in params}
     buffers = dict(model.named_buffers())
 
@@ -99,7 +100,8 @@ def clipped_gradient_sum(
     """The sum over the batch's documents of each one's gradient, clipped to L2 norm ``bound``
     over the parameters ``names``; the batch's documents; how many were clipped. With a bound
     nobody reaches the sum divided by n is the batch's mean-loss gradient (tests check it)."""
-    total = {name: torch.zeros_like(p) for name, p in model.named_parameters() if name in set(names)}
+    wanted = set(names)
+    total = {name: torch.zeros_like(p) for name, p in model.named_parameters() if name in wanted}
     n = clipped = 0
     for grads, norms in document_gradients(model, batch, generator, names):
         scale = torch.clamp(bound / torch.clamp(norms, min=1e-12), max=1.0)
