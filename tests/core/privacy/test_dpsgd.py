@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core.config import CombinedTMConfig, ConfigError, ProdLDAConfig
@@ -137,3 +138,21 @@ def test_sample_level_takes_a_robust_rule_but_not_local_epochs_server_noise_or_b
         _check({"train": {**layer, "validation_fraction": 0.25}, "privacy": {"dp": sample}})
     with pytest.raises(ConfigError, match="word2vec"):
         _check({"train": {}, "word2vec": {}, "privacy": {"dp": sample}}, ["word2vec"])
+
+
+def test_a_client_asked_for_sample_level_dp_on_local_epochs_refuses_naming_itself() -> None:
+    """The configuration refuses it first; a server that asks anyway gets the client's reason, not a plain step."""
+    from fedtopic_pipelines.core.families import get_family
+    from fedtopic_pipelines.core.federated.client import FamilyClient
+    from fedtopic_pipelines.core.federated.messages import Instruction
+    from fedtopic_pipelines.core.privacy.defences import DP_LEVEL_KEY, NOISE_KEYS
+
+    config = _config()
+    family = get_family("prodlda")
+    model = family.create_model(V, config, torch.device("cpu"))
+    client = FamilyClient(
+        "alpha", family, model, family.stream(sp.csr_matrix(_bow().numpy()), config, 0, torch.device("cpu"))
+    )
+    keys = {**dict(zip(NOISE_KEYS, (1.0, 1.0, 0), strict=True)), DP_LEVEL_KEY: "sample", "action": "weights"}
+    with pytest.raises(ValueError, match="client 'alpha': sample-level DP .* not for 'weights' of prodlda"):
+        client.handle(Instruction(0, dict(model.state_dict()), keys))
