@@ -14,6 +14,7 @@ from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError
+from fedtopic_pipelines.pipelines.boundary import check_boundary
 
 CORPORA = ("demo", "wikipedia", "s2orc", "table", "archives", "synthetic")
 DEFAULT_CHAIN = ("ingest", "preprocess", "vocab_consensus", "embed", "train", "evaluate", "privacy")
@@ -81,7 +82,9 @@ class LazyPipelines(Mapping[str, Pipeline]):
     the DVC ``ingest`` stage runs) imports the ingestion modules and not torch, scikit-learn
     or matplotlib, which evaluation and training need: seconds on an idle machine, tens of
     seconds on a busy one. Iterating (``kedro registry list``, or the parameter validation
-    of a ``__default__`` run, which inspects every pipeline) builds them all.
+    of a ``__default__`` run, which inspects every pipeline) builds them all. A pipeline whose
+    node reads an organisation's data from outside its namespace is refused when it is built
+    (``pipelines/boundary.py``).
     """
 
     def __init__(self, builders: Mapping[str, Callable[[], Pipeline]]) -> None:
@@ -92,7 +95,7 @@ class LazyPipelines(Mapping[str, Pipeline]):
         if name not in self._built:
             builder = self._builders[name]  # KeyError: Kedro then suggests close names
             started = time.perf_counter()
-            self._built[name] = pipeline = builder()
+            self._built[name] = pipeline = check_boundary(name, builder())
             logger.debug(
                 "pipeline '%s' built: %d nodes in %.1f s", name, len(pipeline.nodes), time.perf_counter() - started
             )

@@ -1,5 +1,6 @@
 """The fednmf pipeline on the tiny corpus: every method at two numbers of topics, the organisations'
-counts into the pooled NPMI, the paper's tables and figures, the claims, nested MLflow runs."""
+counts into the pooled NPMI, macro-F1 and accuracy, the paper's tables and figures, the claims,
+nested MLflow runs."""
 
 from __future__ import annotations
 
@@ -68,7 +69,13 @@ def test_every_method_at_every_number_of_topics_is_trained_and_scored(chain) -> 
 def test_the_tables_figures_claims_and_mlflow_runs_follow_the_paper(chain) -> None:
     tables, figures, metrics = chain["fednmf_tables"], chain["fednmf_figures"], chain["fednmf_metrics"]
     assert tables["table3_coherence"]["method"].tolist() == list(FEDNMF_METHODS)
-    assert set(tables["table4_classification"].columns) == {"method", "macro_f1", "accuracy"}
+    assert set(tables["table4_classification"].columns) == {
+        "method",
+        "macro_f1",
+        "accuracy",
+        "paper_pooled_macro_f1",
+        "paper_pooled_accuracy",
+    }
     assert set(figures) == {"fig2_accuracy_vs_topics", "fig3_f1_vs_bytes", "fig4_heterogeneity"}
     curves = tables["curves"]
     assert set(curves["topics"]) == {4} and len(curves) == 8 * 2  # 8 federated methods, 2 points each
@@ -95,13 +102,40 @@ def test_the_tables_figures_claims_and_mlflow_runs_follow_the_paper(chain) -> No
     assert {"fednmf/table4_classification.csv", "fednmf/runs.csv"} <= set(chain["fednmf_mlflow_runs"]["artifacts"])
 
 
-def test_only_counts_of_the_candidate_words_leave_an_organisation(chain) -> None:
+def test_only_counts_leave_an_organisation(chain) -> None:
     candidates = chain["fednmf_sweep"]["candidates"]
+    keys = set(chain["fednmf_sweep"]["top_words"])
     for org in ORGS:
-        counts = chain[f"fednmf_counts__{org}"]
+        sent = chain[f"fednmf_evaluation__{org}"]
+        assert set(sent) == {"counts", "classification"}
+        counts = sent["counts"]
         assert set(counts) == {"sliding_window_10"}  # NPMI's context kind, nothing else
         assert set(counts["sliding_window_10"]) == {"n_contexts", "occurrences", "co_occurrences"}
         assert len(counts["sliding_window_10"]["occurrences"]) == len(candidates["words"])
+        assert set(sent["classification"]) == keys  # every model: main sweep, Fig. 3's snapshots, Fig. 4's
+        for confusion in sent["classification"].values():
+            if confusion is not None:
+                assert set(confusion) == {"classes", "matrix"}
+                assert all(isinstance(n, int) and n >= 0 for row in confusion["matrix"] for n in row)
+
+
+def test_macro_f1_and_accuracy_are_the_organisations_summed_confusion_counts(chain) -> None:
+    runs = chain["fednmf_tables"]["runs"]
+    row = runs[(runs["method"] == "fedavg") & (runs["topics"] == 4)].iloc[0]
+    sent = [chain[f"fednmf_evaluation__{org}"]["classification"]["fedavg-4"] for org in ORGS]
+    tested = sum(sum(map(sum, c["matrix"])) for c in sent if c is not None)
+    correct = sum(sum(c["matrix"][i][i] for i in range(len(c["classes"]))) for c in sent if c is not None)
+    assert row["accuracy"] == pytest.approx(correct / tested, abs=1e-12)
+    assert row["classified_organisations"] == sum(c is not None for c in sent)
+    # the paper's pooled protocol stays beside, named as such
+    assert 0 <= row["paper_pooled_macro_f1"] <= 1 and 0 <= row["paper_pooled_accuracy"] <= 1
+
+
+def test_no_server_node_reads_an_organisations_documents_for_evaluation() -> None:
+    pipeline = fednmf.create_pipeline(ORGS)
+    readers = {n.name for n in pipeline.nodes if any(d.startswith("clients.") for d in n.inputs)}
+    inside = {f"clients.{org}.evaluate_fednmf_organisation" for org in ORGS}
+    assert readers == {"run_fednmf"} | inside  # the simulation node is on the boundary's allow-list
 
 
 @pytest.mark.parametrize(

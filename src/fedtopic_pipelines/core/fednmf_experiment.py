@@ -2,11 +2,14 @@
 
 Every method of ``fednmf.methods`` is trained at every number of topics of ``fednmf.topics``
 on the organisations' training documents and scored as the paper scores it (sec. IV-B):
-word-embedding coherence of each topic's top words (eq. 4), and a linear SVM's macro-F1
-and accuracy on the documents' topic weights (a stratified 80/20 split of every
-organisation's documents pooled, as the paper "aggregates the topic weight vectors of all
-documents"). The pooled NPMI of the same top words is added by the pipeline from the
-organisations' co-occurrence counts (``core/metrics/coherence.py``).
+word-embedding coherence of each topic's top words (eq. 4) at the server (it needs only
+the topics), and inside each organisation (:func:`organisation_scores`) a linear SVM on its
+own documents' topic weights (a stratified 80/20 split of its documents) whose test
+confusion counts, summed at the server, give macro-F1 and accuracy (:func:`pooled_scores`),
+and the co-occurrence counts of the models' top words, whose sum gives the pooled NPMI
+(``core/metrics/coherence.py``). The paper's own protocol, one SVM on every organisation's
+topic weights pooled ("we aggregate the topic weight vectors of all documents"), stays
+beside it for the main sweep, named ``paper_pooled_*``: it needs the documents at the server.
 
 The methods (Tables III-IV's rows):
 
@@ -25,6 +28,7 @@ A topic model's document weights: NMF's from the trained W (and critic) by
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -44,7 +48,7 @@ from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.server import FederatedServer
 from fedtopic_pipelines.core.federated.site import MemoryEndpoint, PooledEndpoint
 from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
-from fedtopic_pipelines.core.metrics.classification import svm_scores
+from fedtopic_pipelines.core.metrics.classification import svm_confusion, svm_scores
 from fedtopic_pipelines.core.metrics.topics import top_words
 from fedtopic_pipelines.core.metrics.we_coherence import we_coherence
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
@@ -104,7 +108,8 @@ class MethodResult:
     seconds: float
     rounds: int
     bytes: float  # bytes uploaded and downloaded in all (0 for a centralized method)
-    curve: list[dict[str, float]] = field(default_factory=list)
+    curve: list[dict[str, float]] = field(default_factory=list)  # Fig. 3's points: key, round, bytes
+    models: dict[str, Fitted] = field(default_factory=dict)  # the model and its curve's snapshots, by key
 
     def row(self) -> dict[str, Any]:
         return {
@@ -117,26 +122,84 @@ class MethodResult:
         }
 
 
+@dataclass
+class Fitted:
+    """A trained model as the organisations receive it: its topics and the way it infers
+    documents' topic weights (NMF by SGD: the trained W and critic; scikit-learn's NMF: its
+    ``transform``; LDA: gensim's variational inference)."""
+
+    kind: str  # nmf_sgd | sklearn | lda
+    model: Any
+    topic_word: np.ndarray
+
+    def doc_topics(self, matrix: sp.csr_matrix, seed: int | None = None) -> np.ndarray:
+        """Topic weights of ``matrix``'s documents. With ``seed``, LDA's inference draws its
+        starting gammas from a copy of the model seeded with it (an organisation's documents
+        get the same weights whatever was evaluated before); without, from the model's own
+        generator (the paper's pooled protocol, as it always did)."""
+        if self.kind == "lda" and seed is None:
+            return lda_topics(self.model, matrix)
+        if self.kind == "lda":
+            lda = copy.copy(self.model)
+            lda.random_state = np.random.RandomState(seed % 2**32)
+            return lda_topics(lda, matrix)
+        if self.kind == "sklearn":
+            return self.model.transform(matrix.astype(np.float64))
+        return self.model.doc_topic(matrix).numpy()
+
+
 def score(
     topic_word: np.ndarray,
-    doc_topics: np.ndarray,
+    doc_topics: np.ndarray | None,
     labels: np.ndarray,
     terms: list[str],
     vectors: Any,
     run: FedNMFRunConfig,
 ) -> dict[str, float | None]:
-    """Eq. 4's coherence of the top words (with its coverage) and the SVM's macro-F1 and accuracy."""
+    """Eq. 4's coherence of the top words (with its coverage) and, given the pooled documents'
+    topic weights, the paper's own pooled SVM (``paper_pooled_*``)."""
     config = run.evaluate
     words = top_words(topic_word, terms, config.top_words)
     coherence = we_coherence(words, vectors)
-    svm = svm_scores(doc_topics, labels, config.svm_test_size, config.svm_c, run.seed)
-    return {
+    scores: dict[str, float | None] = {
         "we_coherence": None if math.isnan(coherence.mean) else coherence.mean,
         "we_coverage": coherence.coverage,
         "we_undefined_topics": float(coherence.undefined_topics),
-        "macro_f1": None if svm is None else svm["macro_f1"],
-        "accuracy": None if svm is None else svm["accuracy"],
     }
+    if doc_topics is not None:
+        svm = svm_scores(doc_topics, labels, config.svm_test_size, config.svm_c, run.seed)
+        scores["paper_pooled_macro_f1"] = None if svm is None else svm["macro_f1"]
+        scores["paper_pooled_accuracy"] = None if svm is None else svm["accuracy"]
+    return scores
+
+
+def organisation_documents(
+    bow: BowCorpus, share: int | None, seed: int, index: int
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """One organisation's documents and labels for the classifier: all of them, or a seeded
+    sample of ``share`` (its part of ``fednmf.evaluate.max_documents``)."""
+    matrix = bow.matrix.tocsr()
+    labels = np.array(["" if label is None else str(label) for label in bow.labels], dtype=object)
+    if share is not None and matrix.shape[0] > share:
+        keep = np.sort(np.random.default_rng(derive_seed(seed, 8000, index)).choice(matrix.shape[0], share, False))
+        matrix, labels = matrix[keep], labels[keep]
+    return matrix.astype(np.float32), labels
+
+
+def organisation_scores(
+    models: Mapping[str, Fitted], bow: BowCorpus, share: int | None, index: int, run: FedNMFRunConfig
+) -> dict[str, Any]:
+    """Inside organisation number ``index``: each model's topic weights of its own documents, a
+    linear SVM trained on a stratified 80 % of them and its confusion counts on the other 20 %
+    (None where the organisation cannot train one: fewer than two classes or too few
+    documents). Only these counts leave the organisation."""
+    matrix, labels = organisation_documents(bow, share, run.seed, index)
+    config = run.evaluate
+    out = {}
+    for key, fitted in tqdm(models.items(), desc="fednmf evaluation", leave=False):
+        h = fitted.doc_topics(matrix, derive_seed(run.seed, 9100, index))
+        out[key] = svm_confusion(h, labels, config.svm_test_size, config.svm_c, run.seed)
+    return out
 
 
 def _model_bytes(state: Mapping[str, Any]) -> int:
@@ -161,12 +224,13 @@ def train_nmf(
     topics: int,
     train: Mapping[str, sp.csr_matrix],
     vocabulary: pd.DataFrame,
-    evaluation: Evaluation | None = None,
+    curve: bool = False,
     progress: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """One NMF-by-SGD method through the engine: the global model (with its inference settings),
-    and its rounds, bytes and (with ``evaluation``, federated methods) its curve of F1 and
-    accuracy against the bytes communicated so far."""
+    and its rounds, bytes and (with ``curve``, federated methods) a copy of the global model at
+    ``curve_points`` rounds with the bytes communicated so far (Fig. 3, scored by the
+    organisations afterwards)."""
     config = method_config(run, method, topics)
     orgs = list(train)
     federated = rule_of(method) is not None
@@ -175,9 +239,9 @@ def train_nmf(
     else:
         endpoints = [PooledEndpoint(POOLED, dict(train))]
     names = [e.name for e in endpoints]
-    curve: list[dict[str, float]] = []
+    snapshots: list[dict[str, Any]] = []
     observe: Callable[[FederatedServer], None] | None = None
-    if evaluation is not None and federated:
+    if curve and federated:
         points = max(1, run.evaluate.curve_points)
         marks = {max(1, round(config.max_steps * (i + 1) / points)) for i in range(points)}
 
@@ -185,17 +249,8 @@ def train_nmf(
             if server.next_round not in marks:
                 return
             model = server.strategy.model
-            h = model.doc_topic(evaluation.matrix).numpy()
-            scores = svm_scores(h, evaluation.labels, run.evaluate.svm_test_size, run.evaluate.svm_c, run.seed)
             sent = _communicated(server.history, _model_bytes(model.state_dict()), len(orgs))[-1]
-            curve.append(
-                {
-                    "round": float(server.next_round),
-                    "bytes": sent,
-                    "macro_f1": math.nan if scores is None else scores["macro_f1"],
-                    "accuracy": math.nan if scores is None else scores["accuracy"],
-                }
-            )
+            snapshots.append({"round": float(server.next_round), "bytes": sent, "model": copy.deepcopy(model)})
 
     result = run_federation(
         InProcessEngine(endpoints),
@@ -211,7 +266,7 @@ def train_nmf(
     )
     model = result.model.to_model()
     sent = _communicated(result.model.history, _model_bytes(result.model.state), len(orgs)) if federated else [0.0]
-    return model, {"rounds": len(result.model.history), "bytes": sent[-1], "curve": curve}
+    return model, {"rounds": len(result.model.history), "bytes": sent[-1], "curve": snapshots}
 
 
 def _gensim_corpus(matrix: sp.csr_matrix) -> list[list[tuple[int, float]]]:
@@ -266,47 +321,61 @@ def run_method(
     topics: int,
     train: Mapping[str, sp.csr_matrix],
     vocabulary: pd.DataFrame,
-    evaluation: Evaluation,
+    evaluation: Evaluation | None,
     vectors: Any,
     curve: bool = False,
     progress: bool = True,
 ) -> MethodResult:
-    """Train ``method`` at ``topics`` topics on ``train`` (organisation -> training counts) and score it."""
+    """Train ``method`` at ``topics`` topics on ``train`` (organisation -> training counts); score
+    what the server can score (WE coherence; with ``evaluation``, the paper's pooled SVM)."""
     terms = vocabulary["term"].tolist()
     start = time.perf_counter()
     if method in ("lda", "fedlda"):
         model, facts = train_lda(method, run, topics, train, terms)
-        seconds = time.perf_counter() - start
-        topic_word = model.get_topics()
-        doc_topics = lda_topics(model, evaluation.matrix)
+        fitted = Fitted("lda", model, model.get_topics())
     elif method == "nmf":
         model, facts = train_sklearn(run, topics, train)
-        seconds = time.perf_counter() - start
-        topic_word = model.components_
-        doc_topics = model.transform(evaluation.matrix.astype(np.float64))
+        fitted = Fitted("sklearn", model, model.components_)
     else:
-        model, facts = train_nmf(method, run, topics, train, vocabulary, evaluation if curve else None, progress)
-        seconds = time.perf_counter() - start
-        topic_word = model.topic_word().numpy()
-        doc_topics = model.doc_topic(evaluation.matrix).numpy()
-    scores = score(topic_word, doc_topics, evaluation.labels, terms, vectors, run)
+        model, facts = train_nmf(method, run, topics, train, vocabulary, curve, progress)
+        fitted = Fitted("nmf_sgd", model, model.topic_word().numpy())
+    seconds = time.perf_counter() - start
+    key = _model_key(method, topics)
+    snapshots = {
+        f"{key}@{int(p['round'])}": Fitted("nmf_sgd", p["model"], p["model"].topic_word().numpy())
+        for p in facts["curve"]
+    }
+    points = [{"key": f"{key}@{int(p['round'])}", "round": p["round"], "bytes": p["bytes"]} for p in facts["curve"]]
+    doc_topics = None if evaluation is None else fitted.doc_topics(evaluation.matrix, derive_seed(run.seed, 9100))
+    labels = None if evaluation is None else evaluation.labels
+    scores = score(fitted.topic_word, doc_topics, labels, terms, vectors, run)
     logger.info(
-        "fednmf %s, %d topics: macro-F1 %s, accuracy %s, WE coherence %s (%.1f s, %d rounds)",
+        "fednmf %s, %d topics: WE coherence %s (%.1f s, %d rounds)",
         method,
         topics,
-        _fmt(scores["macro_f1"]),
-        _fmt(scores["accuracy"]),
         _fmt(scores["we_coherence"]),
         seconds,
         facts["rounds"],
     )
     return MethodResult(
-        method, topics, np.asarray(topic_word), scores, seconds, facts["rounds"], facts["bytes"], facts["curve"]
+        method,
+        topics,
+        np.asarray(fitted.topic_word),
+        scores,
+        seconds,
+        facts["rounds"],
+        facts["bytes"],
+        points,
+        {key: fitted, **snapshots},
     )
 
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _model_key(method: str, topics: int) -> str:
+    return f"{method}-{topics}"
 
 
 def run_sweep(
@@ -316,8 +385,9 @@ def run_sweep(
     vectors: Any,
     progress: bool = True,
 ) -> list[MethodResult]:
-    """Every method at every number of topics on the organisations' training documents, scored on
-    all their documents (Tables III-IV, Fig. 2, and Fig. 3's curves at ``curve_topics``)."""
+    """Every method at every number of topics trained on the organisations' training documents
+    (Tables III-IV, Fig. 2, and Fig. 3's snapshots at ``curve_topics``), the paper's pooled SVM
+    on all their documents beside; each result holds its models for the organisations' scores."""
     train = {org: bow.subset("train").matrix for org, bow in organisations.items()}
     evaluation = Evaluation.of(organisations, run.evaluate.max_documents, run.seed)
     settings = [(k, m) for k in run.topics for m in run.methods]
@@ -334,22 +404,22 @@ def run_heterogeneity(
     vocabulary: pd.DataFrame,
     vectors: Any,
     progress: bool = True,
-) -> list[dict[str, Any]]:
-    """Fig. 4: the pooled training documents partitioned again into K organisations with label
-    skew alpha (one setting varied at a time, the other at alpha 1 and the corpus's K), and
-    ``heterogeneity.methods`` trained on them, scored as the main sweep."""
+) -> tuple[list[dict[str, Any]], dict[str, Fitted]]:
+    """Fig. 4: the pooled training documents partitioned again into K simulated organisations
+    with label skew alpha (one setting varied at a time, the other at alpha 1 and the corpus's
+    K), and ``heterogeneity.methods`` trained on them. Returns the rows (each with the ``key``
+    of its model) and the models, which the corpus's own organisations score as the main sweep's."""
     config = run.heterogeneity
     if not config.alphas or not config.clients or not config.methods:
-        return []
+        return [], {}
     train = [bow.subset("train") for bow in organisations.values()]
     pooled = sp.vstack([b.matrix for b in train]).tocsr()
     labels = np.concatenate([np.asarray(b.labels, dtype=object) for b in train])
-    evaluation = Evaluation.of(organisations, run.evaluate.max_documents, run.seed)
     base_k = len(organisations)
     settings = [(a, base_k) for a in config.alphas] + [
         (1.0, k) for k in config.clients if k != base_k or 1.0 not in config.alphas
     ]
-    rows = []
+    rows, models = [], {}
     for alpha, k in tqdm(sorted(set(settings)), desc="fednmf heterogeneity", disable=not progress):
         names = [f"client{i}" for i in range(k)]
         split = dirichlet_label_partition(
@@ -357,6 +427,8 @@ def run_heterogeneity(
         )
         parts = {name: pooled[split.assignment == i] for i, name in enumerate(names)}
         for method in config.methods:
-            result = run_method(method, run, config.topics, parts, vocabulary, evaluation, vectors, False, progress)
-            rows.append({"alpha": alpha, "clients": k, **result.row()})
-    return rows
+            result = run_method(method, run, config.topics, parts, vocabulary, None, vectors, False, progress)
+            key = f"heterogeneity:{alpha:g}:{k}:{_model_key(method, config.topics)}"
+            models[key] = result.models[_model_key(method, config.topics)]
+            rows.append({"alpha": alpha, "clients": k, "key": key, **result.row()})
+    return rows, models

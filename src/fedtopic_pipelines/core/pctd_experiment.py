@@ -8,10 +8,16 @@ the second half is scored by sum_k p(w|z) p(z|d)), UMass and NPMI (gensim's meas
 the organisations' summed co-occurrence counts of their training documents) and topic
 diversity. Perplexity pools too: each organisation's log-likelihood and word count add.
 The held-out documents are the ingestion's test split of every organisation.
+
+The evaluation runs inside the organisations (:func:`organisation_scores`: counts,
+perplexities and words scored are all that leave one) and sums at the server
+(:func:`combine_scores`); the server trains (the in-process simulation of the federation and
+the pooled baselines, :func:`train_figure_models`) but reads no held-out document.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -36,6 +42,8 @@ from fedtopic_pipelines.core.metrics.coherence import (
     coherence_by_model,
     context_of,
     count_cooccurrences,
+    counts_from_dict,
+    counts_to_dict,
     sum_counts,
 )
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
@@ -113,49 +121,83 @@ def train_lda(data: Sentences, topics: int, run: PCTDRunConfig) -> Any:
     )
 
 
-def pooled_perplexity(model: Scored, parties: Mapping[str, Party], run: PCTDRunConfig) -> tuple[float, dict]:
-    """The pooled held-out perplexity (organisations' log-likelihoods and words summed) and
-    each organisation's own (a secondary view)."""
-    total_log, total_words, per_party = 0.0, 0, {}
+def party_perplexity(model: Scored, party: Party, index: int, run: PCTDRunConfig) -> tuple[float, int]:
+    """Inside organisation number ``index``: ``model``'s completion perplexity on its held-out
+    documents and the words scored. Each organisation's fold-in draws from its own seeded stream
+    (LDA's too: its inference starts from a copy of the model seeded for that organisation), so
+    the result depends on neither the order nor the number of organisations evaluated."""
+    if model.kind == "lda":
+        lda = copy.copy(model.lda)
+        lda.random_state = np.random.RandomState(derive_seed(run.seed, 9100, index) % 2**32)
+        return lda_perplexity(lda, party.test)
     config = run.train.model
-    for i, (org, party) in enumerate(parties.items()):
-        if model.kind == "lda":
-            perplexity, words = lda_perplexity(model.lda, party.test)
-        else:
-            seed = derive_seed(run.seed, 9000, i)
-            perplexity, words = completion_perplexity(
-                party.test.tokens,
-                party.test.offsets,
-                model.topic_word,
-                config.unit_length,
-                config.fold_in_iterations,
-                seed,
-            )
-        per_party[org] = perplexity
-        if words and math.isfinite(perplexity):
-            total_log += math.log(perplexity) * words
-            total_words += words
-    return (math.exp(total_log / total_words) if total_words else math.nan), per_party
+    return completion_perplexity(
+        party.test.tokens,
+        party.test.offsets,
+        model.topic_word,
+        config.unit_length,
+        config.fold_in_iterations,
+        derive_seed(run.seed, 9000, index),
+    )
 
 
-def score_models(
-    models: Sequence[Scored], parties: Mapping[str, Party], terms: Sequence[str], run: PCTDRunConfig
-) -> None:
-    """Perplexity, UMass, NPMI and diversity of every model, in place."""
+def _candidates(models: Sequence[Scored], terms: Sequence[str], run: PCTDRunConfig) -> tuple[dict, CoherenceCandidates]:
     words = {m.name: top_words(m.topic_word, terms, run.top_words) for m in models}
-    candidates = CoherenceCandidates.from_topics(t for topics in words.values() for t in topics)
+    return words, CoherenceCandidates.from_topics(t for topics in words.values() for t in topics)
+
+
+def organisation_scores(
+    models: Sequence[Scored], party: Party, index: int, terms: Sequence[str], run: PCTDRunConfig
+) -> dict[str, Any]:
+    """What one organisation sends for the evaluation of ``models``: the co-occurrence counts of
+    the models' top words in its training documents, and each model's perplexity on its held-out
+    documents with the number of words scored. Computed inside the organisation; only these
+    numbers leave it, and their sums are what a pooled evaluation would give."""
+    _, candidates = _candidates(models, terms, run)
     contexts = sorted({context_of(m) for m in MEASURES})
-    counts = sum_counts(count_cooccurrences(_texts(p.train, terms), candidates, contexts) for p in parties.values())
+    counts = count_cooccurrences(_texts(party.train, terms), candidates, contexts)
+    perplexity = {}
+    for model in models:
+        value, words = party_perplexity(model, party, index, run)
+        perplexity[model.name] = {"perplexity": float(value), "words": int(words)}
+    return {"counts": counts_to_dict(counts), "perplexity": perplexity}
+
+
+def combine_scores(
+    models: Sequence[Scored],
+    per_organisation: Mapping[str, Mapping[str, Any]],
+    terms: Sequence[str],
+    run: PCTDRunConfig,
+) -> None:
+    """At the server, in place: every model's pooled perplexity (the organisations' log-likelihoods
+    and words summed) and each organisation's own (a secondary view), UMass and NPMI from the
+    summed counts, and topic diversity (from the topics alone)."""
+    words, candidates = _candidates(models, terms, run)
+    counts = sum_counts(counts_from_dict(sent["counts"], candidates) for sent in per_organisation.values())
     coherence = {measure: coherence_by_model(words, candidates, counts, measure) for measure in MEASURES}
     for model in models:
-        perplexity, per_party = pooled_perplexity(model, parties, run)
+        total_log, total_words, per_party = 0.0, 0, {}
+        for org, sent in per_organisation.items():
+            perplexity, scored = sent["perplexity"][model.name]["perplexity"], sent["perplexity"][model.name]["words"]
+            per_party[org] = perplexity
+            if scored and math.isfinite(perplexity):
+                total_log += math.log(perplexity) * scored
+                total_words += scored
         model.scores = {
-            "perplexity": perplexity,
+            "perplexity": math.exp(total_log / total_words) if total_words else math.nan,
             **{f"perplexity.{org}": value for org, value in per_party.items()},
             "umass": coherence["u_mass"][model.name].mean,
             "npmi": coherence["c_npmi"][model.name].mean,
             "diversity": topic_diversity(top_words(model.topic_word, terms, run.diversity_words)),
         }
+
+
+def score_models(
+    models: Sequence[Scored], parties: Mapping[str, Party], terms: Sequence[str], run: PCTDRunConfig
+) -> None:
+    """Every organisation's scores, then the server's sums, in one process (benchmarks, tests)."""
+    sent = {org: organisation_scores(models, party, i, terms, run) for i, (org, party) in enumerate(parties.items())}
+    combine_scores(models, sent, terms, run)
 
 
 def _pctd_config(run: PCTDRunConfig, sigma: float | None = None, topics: int | None = None) -> TrainConfig:
@@ -184,7 +226,7 @@ def privacy_of(config: TrainConfig, steps: int) -> dict[str, float | None]:
 
 def federated_run(
     config: TrainConfig,
-    parties: Mapping[str, Party],
+    train: Mapping[str, Sentences],
     vocabulary: pd.DataFrame,
     name: str,
     marks: set[int] | None = None,
@@ -199,9 +241,9 @@ def federated_run(
             snapshots.append((server.next_round, server.strategy.model.phi.detach().numpy().copy()))
 
     if centralized:
-        endpoints = [MemoryEndpoint("server", concatenate([p.train for p in parties.values()]))]
+        endpoints = [MemoryEndpoint("server", concatenate(list(train.values())))]
     else:
-        endpoints = [MemoryEndpoint(org, p.train) for org, p in parties.items()]
+        endpoints = [MemoryEndpoint(org, documents) for org, documents in train.items()]
     result = run_federation(
         InProcessEngine(endpoints),
         [e.name for e in endpoints],
@@ -214,49 +256,57 @@ def federated_run(
     return result.model.state["phi"].numpy(), result.model.history, snapshots
 
 
-def run_figures(
-    run: PCTDRunConfig, parties: Mapping[str, Party], vocabulary: pd.DataFrame, progress: bool = True
-) -> dict[str, Any]:
-    """Fig. 2 (federated perplexity against iterations for each sigma, with its epsilon), Fig. 4
-    (coherence against topics: federated, centralized, pooled LDA). Fig. 3 is the main models'."""
-    terms = vocabulary["term"].tolist()
+def train_figure_models(
+    run: PCTDRunConfig, train: Mapping[str, Sentences], vocabulary: pd.DataFrame, progress: bool = True
+) -> list[Scored]:
+    """The models of Fig. 2 (federated p(w|z) at ``curve_points`` iterations for each sigma) and
+    Fig. 4 (federated, centralized and pooled LDA at each number of topics), trained: the
+    server's part. Each carries in ``info`` the figure it belongs to; the organisations score
+    them (:func:`organisation_scores`) and :func:`figure_rows` lays the sums out."""
     steps = int(run.train.max_steps)
     marks = {max(1, round(steps * (i + 1) / run.curve_points)) for i in range(run.curve_points)}
-    curves: list[dict[str, Any]] = []
+    models: list[Scored] = []
     for sigma in run.sigmas:
         config = _pctd_config(run, sigma=sigma)
         started = time.perf_counter()
-        _, _, snapshots = federated_run(config, parties, vocabulary, f"sigma-{sigma:g}", marks, progress=progress)
+        _, _, snapshots = federated_run(config, train, vocabulary, f"sigma-{sigma:g}", marks, progress=progress)
         seconds = time.perf_counter() - started
-        models = [Scored(f"sigma-{sigma:g}@{r}", "pctd", phi) for r, phi in snapshots]
-        score_models(models, parties, terms, run)
-        for (round_, _), model in zip(snapshots, models, strict=True):
-            curves.append(
-                {"sigma": sigma, "iterations": round_, **privacy_of(config, round_), **model.scores, "seconds": seconds}
-            )
-        logger.info(
-            "PC-TD sigma %g: perplexity %.1f after %d iterations", sigma, models[-1].scores["perplexity"], steps
-        )
-    sweep: list[dict[str, Any]] = []
-    pooled = concatenate([p.train for p in parties.values()])
+        for round_, phi in snapshots:
+            info = {"figure": "curves", "sigma": sigma, "iterations": round_, **privacy_of(config, round_)}
+            models.append(Scored(f"sigma-{sigma:g}@{round_}", "pctd", phi, info={**info, "seconds": seconds}))
+    pooled = concatenate(list(train.values()))
     for topics in run.topics:
         config = _pctd_config(run, topics=topics)
-        federated, _, _ = federated_run(config, parties, vocabulary, f"federated-{topics}", progress=progress)
+        federated, _, _ = federated_run(config, train, vocabulary, f"federated-{topics}", progress=progress)
         central, _, _ = federated_run(
             _pctd_config(run, sigma=0.0, topics=topics),
-            parties,
+            train,
             vocabulary,
             f"centralized-{topics}",
             centralized=True,
             progress=progress,
         )
         lda = train_lda(pooled, topics, run)
-        models = [
-            Scored(f"federated-{topics}", "pctd", federated),
-            Scored(f"centralized-{topics}", "pctd", central),
-            Scored(f"lda_pooled-{topics}", "lda", lda_topics(lda), lda=lda),
-        ]
-        score_models(models, parties, terms, run)
-        for model in models:
-            sweep.append({"model": model.name.rsplit("-", 1)[0], "topics": topics, **model.scores})
+        for model, kind, phi in (("federated", "pctd", federated), ("centralized", "pctd", central)):
+            models.append(Scored(f"{model}-{topics}", kind, phi, info={"figure": "topics", "topics": topics}))
+        models.append(
+            Scored(f"lda_pooled-{topics}", "lda", lda_topics(lda), {"figure": "topics", "topics": topics}, lda)
+        )
+    return models
+
+
+def figure_rows(models: Sequence[Scored]) -> dict[str, Any]:
+    """Fig. 2's curve points and Fig. 4's rows from the scored figure models."""
+    curves, sweep = [], []
+    for model in models:
+        info = {k: v for k, v in model.info.items() if k not in ("figure", "seconds")}
+        if model.info["figure"] == "curves":
+            curves.append({**info, **model.scores, "seconds": model.info["seconds"]})
+        else:
+            sweep.append({"model": model.name.rsplit("-", 1)[0], "topics": info["topics"], **model.scores})
+    for sigma in dict.fromkeys(point["sigma"] for point in curves):
+        last = [point for point in curves if point["sigma"] == sigma][-1]
+        logger.info(
+            "PC-TD sigma %g: perplexity %.1f after %d iterations", sigma, last["perplexity"], last["iterations"]
+        )
     return {"curves": curves, "topics": sweep}

@@ -1,7 +1,8 @@
 """Document classification on document-topic vectors (FedNMF seed 004 protocol).
 
 A random stratified 80/20 split of the documents' topic vectors, a linear SVM trained
-on the 80 %, macro-F1 on the 20 %.
+on the 80 %, macro-F1 on the 20 %. Federated, each organisation trains its own and sends
+only its confusion counts (:func:`svm_confusion`); their sum scores them all (:func:`pooled_scores`).
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
-from sklearn.metrics import accuracy_score, f1_score
+from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 from sklearn.model_selection import train_test_split
 from sklearn.svm import LinearSVC
 
@@ -27,8 +30,56 @@ def svm_macro_f1(features: np.ndarray, labels: np.ndarray, test_size: float, c: 
 def svm_scores(
     features: np.ndarray, labels: np.ndarray, test_size: float, c: float, seed: int
 ) -> dict[str, float] | None:
-    """Macro-F1 and accuracy of a linear SVM on the test share (seed 004's Table IV reports
-    both), or ``None`` when they are undefined (logged): fewer than two classes, or too few
+    """Macro-F1 and accuracy of a linear SVM on the test share, or None: see :func:`svm_predictions`."""
+    split = svm_predictions(features, labels, test_size, c, seed)
+    if split is None:
+        return None
+    truth, predicted = split
+    return {
+        "macro_f1": float(f1_score(truth, predicted, average="macro")),
+        "accuracy": float(accuracy_score(truth, predicted)),
+    }
+
+
+def svm_confusion(
+    features: np.ndarray, labels: np.ndarray, test_size: float, c: float, seed: int
+) -> dict[str, Any] | None:
+    """The confusion counts of a linear SVM on the test share (``classes`` and ``matrix``: row =
+    true class, column = predicted), or None where no SVM can be trained (see
+    :func:`svm_predictions`). An organisation sends these counts; :func:`pooled_scores` sums them."""
+    split = svm_predictions(features, labels, test_size, c, seed)
+    if split is None:
+        return None
+    truth, predicted = split
+    classes = sorted(set(truth.tolist()) | set(predicted.tolist()))
+    matrix = confusion_matrix(truth, predicted, labels=classes)
+    return {"classes": classes, "matrix": matrix.astype(int).tolist()}
+
+
+def pooled_scores(confusions: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """Macro-F1 and accuracy of the organisations' summed confusion counts (what scoring every
+    organisation's classifier on the pooled test documents gives), and how many organisations
+    sent counts. Macro-F1 averages over the classes that occur in the truth or the predictions,
+    as scikit-learn's ``f1_score(average='macro')``, a class without any prediction scoring 0."""
+    sent = [c for c in confusions if c is not None]
+    classes = sorted({label for c in sent for label in c["classes"]})
+    total = np.zeros((len(classes), len(classes)), dtype=np.int64)
+    for c in sent:
+        where = np.array([classes.index(label) for label in c["classes"]], dtype=np.int64)
+        total[np.ix_(where, where)] += np.asarray(c["matrix"], dtype=np.int64)
+    if not sent or total.sum() == 0:
+        return {"macro_f1": None, "accuracy": None, "organisations": len(sent)}
+    tp = np.diag(total).astype(np.float64)
+    denominator = total.sum(axis=0) + total.sum(axis=1)  # 2 TP + FP + FN
+    f1 = np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
+    return {"macro_f1": float(f1.mean()), "accuracy": float(tp.sum() / total.sum()), "organisations": len(sent)}
+
+
+def svm_predictions(
+    features: np.ndarray, labels: np.ndarray, test_size: float, c: float, seed: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The test share's true and predicted classes of a linear SVM (seed 004's Table IV scores
+    them), or ``None`` when it cannot be trained (logged): fewer than two classes, or too few
     documents for a stratified split with every class on both sides.
 
     Documents without a label (empty string) are left out; classes with fewer than two
@@ -55,8 +106,4 @@ def svm_scores(
         )
         return None
     x_tr, x_te, y_tr, y_te = train_test_split(features, labels, test_size=test_size, random_state=seed, stratify=labels)
-    predicted = LinearSVC(C=c, random_state=seed).fit(x_tr, y_tr).predict(x_te)
-    return {
-        "macro_f1": float(f1_score(y_te, predicted, average="macro")),
-        "accuracy": float(accuracy_score(y_te, predicted)),
-    }
+    return y_te, LinearSVC(C=c, random_state=seed).fit(x_tr, y_tr).predict(x_te)

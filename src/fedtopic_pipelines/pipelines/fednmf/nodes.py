@@ -4,8 +4,10 @@ The sweep node trains every method at every number of topics through the core ex
 (``core/fednmf_experiment.py``): the federated methods through the engine with one
 endpoint per organisation, the centralized ones on the pooled documents, as the train
 node does (it holds every organisation's bag of words because it simulates them). Each
-organisation then counts the co-occurrences of the models' top words in its own texts;
-only those counts cross, and their sum gives every model's pooled NPMI.
+organisation then scores every model on its own documents: the co-occurrences of the
+models' top words in its texts, and its own SVM's confusion counts on its documents' topic
+weights. Only those counts cross; their sums give every model's pooled NPMI, macro-F1 and
+accuracy.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import numpy as np
 import pandas as pd
 
 from fedtopic_pipelines.core.config import FEDERATED_NMF_METHODS, WEIGHT_RULES, FedNMFRunConfig, from_mapping
-from fedtopic_pipelines.core.fednmf_experiment import rule_of, run_heterogeneity, run_sweep
+from fedtopic_pipelines.core.fednmf_experiment import Fitted, organisation_scores, rule_of, run_heterogeneity, run_sweep
 from fedtopic_pipelines.core.ingest.common import as_frame
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.metrics.amwmd import load_word_vectors
+from fedtopic_pipelines.core.metrics.classification import pooled_scores
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
     coherence_by_model,
@@ -57,11 +60,13 @@ def run_fednmf(
     common_vocabulary: pd.DataFrame,
     privacy: dict[str, Any] | None = None,
     **bows: BowCorpus,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, Fitted]]:
     """Every method of ``fednmf.methods`` at every number of ``fednmf.topics`` (Tables III-IV, Fig. 2
-    and Fig. 3's curves) and the heterogeneity sweep (Fig. 4), scored by WE coherence and the
-    SVM; returns the rows, each model's top words (the candidates the organisations count)
-    and the curves, as JSON. ``privacy`` (the top-level block) applies to the federated methods."""
+    and Fig. 3's snapshots) and the heterogeneity sweep (Fig. 4), trained in the in-process
+    simulation and scored by what needs no document (WE coherence), with the paper's own pooled
+    SVM beside (``paper_pooled_*``). Returns the rows, each model's top words (the candidates
+    the organisations count) and the curves' points as JSON, and the models the organisations
+    score. ``privacy`` (the top-level block) applies to the federated methods."""
     run = from_mapping(FedNMFRunConfig, params, "fednmf")
     run = run.replace(train=with_privacy(run.train, privacy, "fednmf.train"))
     terms = common_vocabulary["term"].tolist()
@@ -76,28 +81,51 @@ def run_fednmf(
     vectors = load_word_vectors(run.evaluate.word_vectors)
     with compute_threads(run.train.threads):
         results = run_sweep(run, data, common_vocabulary, vectors)
-        heterogeneity = run_heterogeneity(run, data, common_vocabulary, vectors)
-    top = {_model_key(r.method, r.topics): top_words(r.topic_word, terms, run.evaluate.top_words) for r in results}
+        heterogeneity, models = run_heterogeneity(run, data, common_vocabulary, vectors)
+    for result in results:
+        models.update(result.models)
+    top = {key: top_words(fitted.topic_word, terms, run.evaluate.top_words) for key, fitted in models.items()}
     candidates = CoherenceCandidates.from_topics(t for topics in top.values() for t in topics)
-    return {
+    rows = []
+    for r in results:
+        key = _model_key(r.method, r.topics)
+        rows.append({**r.row(), "key": key, "top_words": top[key]})
+    sweep = {
         "organisations": list(organisations),
         "documents": {org: len(bow) for org, bow in data.items()},
         "vocabulary_size": len(terms),
         "settings": run.to_params(),
-        "results": [{**r.row(), "top_words": top[_model_key(r.method, r.topics)]} for r in results],
+        "results": rows,
         "curves": [{"method": r.method, "topics": r.topics, **point} for r in results for point in r.curve],
         "heterogeneity": heterogeneity,
         "candidates": candidates.to_dict(),
+        "top_words": top,
     }
+    return sweep, models
 
 
-def count_top_words(tokens: Any, sweep: dict[str, Any]) -> dict[str, Any]:
-    """Inside an organisation: the co-occurrences of the sweep's candidate words in its own texts
-    (only these counts leave it; their sum over organisations is the pooled corpus's)."""
-    frame = as_frame(tokens)
-    texts = [t.split() for t in frame["tokens"]]
+def evaluate_fednmf_organisation(
+    tokens: Any,
+    bow: BowCorpus,
+    sweep: dict[str, Any],
+    models: dict[str, Fitted],
+    params: dict[str, Any],
+    organisation: str,
+) -> dict[str, Any]:
+    """Inside organisation ``organisation``: the co-occurrences of the sweep's candidate words in
+    its own texts, and each model's SVM confusion counts on its own documents. Only these counts
+    leave it; their sums give the pooled NPMI, macro-F1 and accuracy."""
+    run = from_mapping(FedNMFRunConfig, params, "fednmf")
+    texts = [t.split() for t in as_frame(tokens)["tokens"]]
     candidates = CoherenceCandidates.from_dict(sweep["candidates"])
-    return counts_to_dict(count_cooccurrences(texts, candidates, [context_of(NPMI)]))
+    index = sweep["organisations"].index(organisation)
+    share = None
+    if run.evaluate.max_documents is not None:
+        share = max(1, run.evaluate.max_documents * len(bow) // sum(sweep["documents"].values()))
+    return {
+        "counts": counts_to_dict(count_cooccurrences(texts, candidates, [context_of(NPMI)])),
+        "classification": organisation_scores(models, bow, share, index, run),
+    }
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -105,75 +133,109 @@ def _mean(values: list[float | None]) -> float | None:
     return float(np.mean(finite)) if finite else None
 
 
-def summarise_fednmf(
-    sweep: dict[str, Any], organisations: list[str], params: dict[str, Any], **counts: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, pd.DataFrame], dict[str, plt.Figure], dict[str, Any]]:
-    """The pooled NPMI of every model from the summed counts, then the paper's layout: Table III
-    (coherence) and Table IV (macro-F1, accuracy) averaged over the numbers of topics, Fig. 2
-    (accuracy against topics), Fig. 3 (F1 against bytes), Fig. 4 (accuracy against alpha and K),
-    the paper's claims checked on our numbers, and one nested MLflow run per model."""
-    run = from_mapping(FedNMFRunConfig, params, "fednmf")
+def _organisation_sums(
+    sweep: dict[str, Any], organisations: list[str], evaluations: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Every model's pooled NPMI from the summed counts, and macro-F1 and accuracy from the summed
+    confusion counts, by model key; an organisation that could train no classifier for a model
+    is counted (``classified_organisations``) and logged."""
     candidates = CoherenceCandidates.from_dict(sweep["candidates"])
-    pooled = sum_counts(counts_from_dict(counts[org], candidates) for org in organisations)
-    topics = {_model_key(r["method"], r["topics"]): r["top_words"] for r in sweep["results"]}
-    npmi = coherence_by_model(topics, candidates, pooled, NPMI)
-    rows = []
-    for r in sweep["results"]:
-        result = npmi[_model_key(r["method"], r["topics"])]
-        rows.append({**{k: v for k, v in r.items() if k != "top_words"}, "npmi": result.mean})
-    runs = pd.DataFrame(rows)
-    methods = list(dict.fromkeys(runs["method"]))
+    pooled = sum_counts(counts_from_dict(evaluations[org]["counts"], candidates) for org in organisations)
+    npmi = coherence_by_model(sweep["top_words"], candidates, pooled, NPMI)
+    sums = {}
+    for key in sweep["top_words"]:
+        scores = pooled_scores(evaluations[org]["classification"][key] for org in organisations)
+        if scores["organisations"] < len(organisations):
+            logger.warning(
+                "fednmf %s: %d of %d organisations could train no classifier (fewer than two classes or too "
+                "few documents); macro-F1 and accuracy count the others' documents only",
+                key,
+                len(organisations) - scores["organisations"],
+                len(organisations),
+            )
+        sums[key] = {
+            "npmi": npmi[key].mean,
+            "macro_f1": scores["macro_f1"],
+            "accuracy": scores["accuracy"],
+            "classified_organisations": scores["organisations"],
+        }
+    return sums
+
+
+def _scored(rows: list[dict[str, Any]], sums: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{**{k: v for k, v in r.items() if k not in ("key", "top_words")}, **sums[r["key"]]} for r in rows]
+    )
+
+
+def summarise_fednmf(
+    sweep: dict[str, Any], organisations: list[str], params: dict[str, Any], **evaluations: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, pd.DataFrame], dict[str, plt.Figure], dict[str, Any]]:
+    """Every model's scores from the organisations' sums (pooled NPMI, macro-F1, accuracy), then
+    the paper's layout: Table III (coherence) and Table IV (macro-F1, accuracy) averaged over the
+    numbers of topics, Fig. 2 (accuracy against topics), Fig. 3 (F1 against bytes), Fig. 4
+    (accuracy against alpha and K), the paper's claims checked on our numbers, and one nested
+    MLflow run per model."""
+    run = from_mapping(FedNMFRunConfig, params, "fednmf")
+    sums = _organisation_sums(sweep, organisations, evaluations)
+    runs = _scored(sweep["results"], sums)
+    columns = ("we_coherence", "npmi", "macro_f1", "accuracy", "paper_pooled_macro_f1", "paper_pooled_accuracy")
     summary = pd.DataFrame(
         [
-            {
-                "method": m,
-                **{
-                    key: _mean(runs.loc[runs["method"] == m, key].tolist())
-                    for key in ("we_coherence", "npmi", "macro_f1", "accuracy", "seconds", "bytes")
-                },
-            }
-            for m in methods
+            {"method": m, **{key: _mean(part[key].tolist()) for key in (*columns, "seconds", "bytes") if key in part}}
+            for m, part in runs.groupby("method", sort=False)
         ]
     )
+    paper = [c for c in ("paper_pooled_macro_f1", "paper_pooled_accuracy") if c in summary]
     tables = {
         "runs": runs,
         "table3_coherence": summary[["method", "we_coherence", "npmi"]],
-        "table4_classification": summary[["method", "macro_f1", "accuracy"]],
-        "curves": pd.DataFrame(sweep["curves"]),
-        "heterogeneity": pd.DataFrame(sweep["heterogeneity"]),
+        "table4_classification": summary[["method", "macro_f1", "accuracy", *paper]],
+        "curves": _scored(sweep["curves"], sums) if sweep["curves"] else pd.DataFrame(),
+        "heterogeneity": _scored(sweep["heterogeneity"], sums) if sweep["heterogeneity"] else pd.DataFrame(),
     }
-    figures = {"fig2_accuracy_vs_topics": _figure_topics(runs)}
-    if sweep["curves"]:
-        figures["fig3_f1_vs_bytes"] = _figure_bytes(tables["curves"])
-    if sweep["heterogeneity"]:
-        figures["fig4_heterogeneity"] = _figure_heterogeneity(tables["heterogeneity"], len(organisations))
     by_method = {row["method"]: row for row in summary.to_dict("records")}
     metrics = {
         "organisations": organisations,
         "topics": list(run.topics),
         "table3": {m: {"we_coherence": r["we_coherence"], "npmi": r["npmi"]} for m, r in by_method.items()},
-        "table4": {m: {"macro_f1": r["macro_f1"], "accuracy": r["accuracy"]} for m, r in by_method.items()},
+        "table4": {m: {k: r[k] for k in ("macro_f1", "accuracy", *paper)} for m, r in by_method.items()},
         "claims": _claims(by_method, tables["heterogeneity"], len(organisations)),
     }
     for name, claim in metrics["claims"].items():
         logger.info("fednmf claim %s: %s", name, claim)
-    mlflow = {
+    figures = _figures(tables, len(organisations))
+    return metrics, tables, figures, _mlflow_runs(runs, tables, figures)
+
+
+def _figures(tables: dict[str, pd.DataFrame], organisations: int) -> dict[str, plt.Figure]:
+    figures = {"fig2_accuracy_vs_topics": _figure_topics(tables["runs"])}
+    if len(tables["curves"]):
+        figures["fig3_f1_vs_bytes"] = _figure_bytes(tables["curves"])
+    if len(tables["heterogeneity"]):
+        figures["fig4_heterogeneity"] = _figure_heterogeneity(tables["heterogeneity"], organisations)
+    return figures
+
+
+def _mlflow_runs(runs: pd.DataFrame, tables: dict[str, pd.DataFrame], figures: dict[str, plt.Figure]) -> dict[str, Any]:
+    """One nested MLflow run per method and number of topics; the tables and figures on the parent."""
+    keys = ("we_coherence", "npmi", "macro_f1", "accuracy", "paper_pooled_macro_f1", "paper_pooled_accuracy")
+    return {
         "runs": [
             {
                 "name": _model_key(r["method"], r["topics"]),
                 "params": {"method": r["method"], "topics": r["topics"], "rule": rule_of(r["method"]) or "centralized"},
                 "metrics": {
                     k: float(r[k])
-                    for k in ("we_coherence", "npmi", "macro_f1", "accuracy", "seconds", "bytes", "rounds")
+                    for k in (*keys, "seconds", "bytes", "rounds")
                     if r.get(k) is not None and math.isfinite(float(r[k]))
                 },
             }
-            for r in rows
+            for r in runs.to_dict("records")
         ],
         "artifacts": {f"fednmf/{name}.csv": table for name, table in tables.items() if len(table)},
         "figures": {f"fednmf/{name}.png": figure for name, figure in figures.items()},
     }
-    return metrics, tables, figures, mlflow
 
 
 def _claims(

@@ -1,16 +1,46 @@
-"""Wiring of ``fednmf``: the sweep at the server, each organisation's co-occurrence counts of
-the models' top words, then the tables, figures and MLflow runs."""
+"""Wiring of ``fednmf``: the sweep at the server, each organisation's scores of every model on
+its own documents, then the tables, figures and MLflow runs."""
+
+from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.fednmf.nodes import count_top_words, run_fednmf, summarise_fednmf
+from fedtopic_pipelines.pipelines.fednmf.nodes import evaluate_fednmf_organisation, run_fednmf, summarise_fednmf
 from fedtopic_pipelines.pipelines.naming import client, shared
+
+
+def _organisation_pipeline(org: str) -> Pipeline:
+    """Inside ``clients.<org>``: every model scored on its own texts and documents; only the
+    counts (``fednmf_evaluation__<org>``) leave."""
+    evaluate = update_wrapper(partial(evaluate_fednmf_organisation, organisation=org), evaluate_fednmf_organisation)
+    return Pipeline(
+        [
+            Node(
+                evaluate,
+                inputs={
+                    "tokens": "tokens",
+                    "bow": "bow",
+                    "sweep": "fednmf_sweep",
+                    "models": "fednmf_models",
+                    "params": "params:fednmf",
+                },
+                outputs="fednmf_evaluation",
+                name="evaluate_fednmf_organisation",
+            )
+        ],
+        namespace=f"clients.{org}",
+        inputs={"fednmf_sweep", "fednmf_models"},
+        parameters={"fednmf"},
+        outputs={"fednmf_evaluation": shared("fednmf_evaluation", org)},
+    )
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
     """Reads what the default chain wrote up to ``vocab_consensus``: each organisation's bag of
-    words and tokens, and the common vocabulary. Only co-occurrence counts of the candidate
-    words (``fednmf_counts__<org>``) and, in training, weights leave an organisation."""
+    words and tokens, and the common vocabulary. The sweep node simulates the federation in
+    process (it holds every bag of words, as the train node does); every model is then scored
+    inside each organisation, and only counts (``fednmf_evaluation__<org>``) and, in training,
+    weights leave one."""
     server = Pipeline(
         [
             Node(
@@ -22,7 +52,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "common_vocabulary": "common_vocabulary",
                     **{org: client(org, "bow") for org in organisations},
                 },
-                outputs="fednmf_sweep",
+                outputs=["fednmf_sweep", "fednmf_models"],
                 name="run_fednmf",
             ),
             Node(
@@ -31,27 +61,11 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "sweep": "fednmf_sweep",
                     "organisations": "params:organisations",
                     "params": "params:fednmf",
-                    **{org: shared("fednmf_counts", org) for org in organisations},
+                    **{org: shared("fednmf_evaluation", org) for org in organisations},
                 },
                 outputs=["fednmf_metrics", "fednmf_tables", "fednmf_figures", "fednmf_mlflow_runs"],
                 name="summarise_fednmf",
             ),
         ]
     )
-    clients = [
-        Pipeline(
-            [
-                Node(
-                    count_top_words,
-                    inputs=["tokens", "fednmf_sweep"],
-                    outputs="fednmf_counts",
-                    name="count_fednmf_top_words",
-                )
-            ],
-            namespace=f"clients.{org}",
-            inputs={"fednmf_sweep": "fednmf_sweep"},
-            outputs={"fednmf_counts": shared("fednmf_counts", org)},
-        )
-        for org in organisations
-    ]
-    return sum(clients, server)
+    return sum((_organisation_pipeline(org) for org in organisations), server)

@@ -4,8 +4,10 @@ Inside an organisation (namespace ``clients.<org>``) its preprocessed tokens bec
 sequences of the common vocabulary, its training and held-out documents apart; only the
 report's counts cross to the server. Training runs the federated scenario through the one
 federation entry point (on Flower with ``engine: flower``); the centralized scenario and each
-party alone train without noise (a party needs no privacy from itself). The evaluation and
-the figures' sweeps score every model with one evaluator (``core/pctd_experiment.py``).
+party alone train without noise (a party needs no privacy from itself). Every model, the
+figures' sweeps' too, is scored inside each organisation (``evaluate_pctd_organisation``:
+counts, perplexities and words scored leave it) and the server sums
+(``core/pctd_experiment.py``).
 """
 
 from __future__ import annotations
@@ -27,19 +29,18 @@ from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.pctd_experiment import (
     Party,
     Scored,
+    combine_scores,
+    figure_rows,
     lda_topics,
+    organisation_scores,
     privacy_of,
-    run_figures,
-    score_models,
+    train_figure_models,
     train_lda,
 )
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
 
 logger = logging.getLogger(__name__)
-
-TEST = "__test"  # keyword suffix of an organisation's held-out documents
-
 
 def build_pctd_documents(tokens: Any, vocabulary: pd.DataFrame) -> tuple[Sentences, Sentences, dict[str, Any]]:
     """The organisation's training and held-out documents as ids of the common vocabulary
@@ -52,10 +53,6 @@ def build_pctd_documents(tokens: Any, vocabulary: pd.DataFrame) -> tuple[Sentenc
 
 def _run(params: dict[str, Any]) -> PCTDRunConfig:
     return from_mapping(PCTDRunConfig, params, "pctd")
-
-
-def _parties(organisations: list[str], documents: dict[str, Sentences]) -> dict[str, Party]:
-    return {org: Party(documents[org], documents[org + TEST]) for org in organisations}
 
 
 def train_pctd(
@@ -100,32 +97,75 @@ def train_pctd(
     return models, history, mlflow
 
 
-def evaluate_pctd(
-    models: dict[str, TrainedModel],
-    params: dict[str, Any],
-    organisations: list[str],
-    common_vocabulary: pd.DataFrame,
-    **documents: Sentences,
-) -> tuple[dict[str, Any], Any, dict[str, Any]]:
-    """Every trained scenario and gensim LDA (pooled, and each party alone) scored by one
-    evaluator; (epsilon, delta) by RDP and PLD for every PC-TD model. Returns ``metrics.json``,
-    Fig. 3 (each party alone vs federated) and the MLflow metrics."""
+def train_pctd_baselines(
+    params: dict[str, Any], organisations: list[str], **documents: Sentences
+) -> dict[str, Any]:
+    """gensim LDA on the pooled training documents (``lda_pooled``) and on each party's alone
+    (``lda_local__<org>``): the baselines, named as such."""
     run = _run(params)
-    parties = _parties(organisations, documents)
-    terms = common_vocabulary["term"].tolist()
     topics = run.train.model.n_topics
+    baselines = {"lda_pooled": train_lda(concatenate([documents[org] for org in organisations]), topics, run)}
+    baselines.update({f"lda_local__{org}": train_lda(documents[org], topics, run) for org in organisations})
+    return baselines
+
+
+def _main_models(models: dict[str, TrainedModel], baselines: dict[str, Any]) -> list[Scored]:
+    """The trained scenarios and the LDA baselines, in the order they are reported."""
     scored = [
         Scored(name, "pctd", m.state["phi"].numpy(), info=privacy_of(m.config, len(m.history)))
         for name, m in models.items()
     ]
-    pooled = train_lda(concatenate([p.train for p in parties.values()]), topics, run)
-    scored.append(Scored("lda_pooled", "lda", lda_topics(pooled), lda=pooled))
-    for org, party in parties.items():
-        alone = train_lda(party.train, topics, run)
-        scored.append(Scored(f"lda_local__{org}", "lda", lda_topics(alone), lda=alone))
-    score_models(scored, parties, terms, run)
+    return scored + [Scored(name, "lda", lda_topics(lda), lda=lda) for name, lda in baselines.items()]
+
+
+def train_pctd_sweeps(
+    params: dict[str, Any], organisations: list[str], common_vocabulary: pd.DataFrame, **documents: Sentences
+) -> list[Scored]:
+    """Figs. 2 and 4's models, trained in the in-process simulation (and their pooled baselines)."""
+    return train_figure_models(_run(params), {org: documents[org] for org in organisations}, common_vocabulary)
+
+
+def evaluate_pctd_organisation(
+    train: Sentences,
+    test: Sentences,
+    models: dict[str, TrainedModel],
+    baselines: dict[str, Any],
+    figure_models: list[Scored],
+    common_vocabulary: pd.DataFrame,
+    params: dict[str, Any],
+    organisations: list[str],
+    organisation: str,
+) -> dict[str, Any]:
+    """Inside organisation ``organisation``: every model's scores on its own documents
+    (co-occurrence counts of the top words in its training documents, completion perplexity on
+    its held-out ones, words scored). Only these numbers cross to the server."""
+    run = _run(params)
+    terms = common_vocabulary["term"].tolist()
+    party, index = Party(train, test), organisations.index(organisation)
+    return {
+        "models": organisation_scores(_main_models(models, baselines), party, index, terms, run),
+        "figures": organisation_scores(figure_models, party, index, terms, run),
+    }
+
+
+def evaluate_pctd(
+    models: dict[str, TrainedModel],
+    baselines: dict[str, Any],
+    params: dict[str, Any],
+    organisations: list[str],
+    common_vocabulary: pd.DataFrame,
+    **evaluations: dict[str, Any],
+) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """Every trained scenario and gensim LDA (pooled, and each party alone) scored from the
+    organisations' sums; (epsilon, delta) by RDP and PLD for every PC-TD model. Returns
+    ``metrics.json``, Fig. 3 (each party alone vs federated) and the MLflow metrics."""
+    run = _run(params)
+    scored = _main_models(models, baselines)
+    sent = {org: evaluations[org]["models"] for org in organisations}
+    combine_scores(scored, sent, common_vocabulary["term"].tolist(), run)
     results = {m.name: {**m.scores, **m.info} for m in scored}
     claims = _claims(results, organisations)
+    topics = run.train.model.n_topics
     metrics = {"models": results, "claims": claims, "organisations": organisations, "topics": topics}
     mlflow = {
         f"{name}.{key}": [{"value": float(value), "step": 0}]
@@ -172,12 +212,17 @@ def _figure_parties(results: dict[str, dict[str, Any]], organisations: list[str]
 
 
 def pctd_figures(
-    params: dict[str, Any], organisations: list[str], common_vocabulary: pd.DataFrame, **documents: Sentences
+    figure_models: list[Scored],
+    params: dict[str, Any],
+    organisations: list[str],
+    common_vocabulary: pd.DataFrame,
+    **evaluations: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Figs. 2 and 4: the sweeps' numbers, their PNGs and the MLflow series (perplexity against
-    iterations for each sigma, stepped by iteration)."""
-    run = _run(params)
-    data = run_figures(run, _parties(organisations, documents), common_vocabulary)
+    """Figs. 2 and 4 from the organisations' sums: the sweeps' numbers, their PNGs and the MLflow
+    series (perplexity against iterations for each sigma, stepped by iteration)."""
+    sent = {org: evaluations[org]["figures"] for org in organisations}
+    combine_scores(figure_models, sent, common_vocabulary["term"].tolist(), _run(params))
+    data = figure_rows(figure_models)
     figures = {"fig2_perplexity_epsilon": _figure_curves(data["curves"]), "fig4_coherence_topics": _figure_topics(data)}
     mlflow = {}
     for point in data["curves"]:

@@ -1,36 +1,69 @@
-"""Wiring of ``pctd``: per organisation its word sequences, then training, evaluation and figures at the server."""
+"""Wiring of ``pctd``: per organisation its word sequences and its share of the evaluation;
+training, the baselines, the sums and the figures at the server."""
+
+from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.naming import client, shared
-from fedtopic_pipelines.pipelines.pctd.nodes import TEST, build_pctd_documents, evaluate_pctd, pctd_figures, train_pctd
+from fedtopic_pipelines.pipelines.pctd.nodes import (
+    build_pctd_documents,
+    evaluate_pctd,
+    evaluate_pctd_organisation,
+    pctd_figures,
+    train_pctd,
+    train_pctd_baselines,
+    train_pctd_sweeps,
+)
+
+
+def _organisation_pipeline(org: str) -> Pipeline:
+    """Inside ``clients.<org>``: its documents as id sequences, then every model scored on them.
+    Only the report's counts and the evaluation's sums (``pctd_evaluation__<org>``) leave."""
+    evaluate = update_wrapper(partial(evaluate_pctd_organisation, organisation=org), evaluate_pctd_organisation)
+    return Pipeline(
+        [
+            Node(
+                build_pctd_documents,
+                inputs=["tokens", "vocabulary"],
+                outputs=["pctd_train", "pctd_test", "pctd_report"],
+                name="build_pctd_documents",
+            ),
+            Node(
+                evaluate,
+                inputs={
+                    "train": "pctd_train",
+                    "test": "pctd_test",
+                    "models": "pctd_models",
+                    "baselines": "pctd_baselines",
+                    "figure_models": "pctd_figure_models",
+                    "common_vocabulary": "vocabulary",
+                    "params": "params:pctd",
+                    "organisations": "params:organisations",
+                },
+                outputs="pctd_evaluation",
+                name="evaluate_pctd_organisation",
+            ),
+        ],
+        namespace=f"clients.{org}",
+        inputs={
+            "vocabulary": "common_vocabulary",
+            "pctd_models": "pctd_models",
+            "pctd_baselines": "pctd_baselines",
+            "pctd_figure_models": "pctd_figure_models",
+        },
+        parameters={"pctd", "organisations"},
+        outputs={"pctd_report": shared("pctd_report", org), "pctd_evaluation": shared("pctd_evaluation", org)},
+    )
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
     """Reads what the default chain wrote up to ``vocab_consensus``: each organisation's tokens
-    and the common vocabulary with its summed counts. Only the report's counts
-    (``pctd_report__<org>``) and, in training, noisy statistics leave an organisation; the
-    evaluation's sweeps read the organisations' documents as fednmf's do (docs/pctd.md)."""
-    clients = [
-        Pipeline(
-            [
-                Node(
-                    build_pctd_documents,
-                    inputs=["tokens", "vocabulary"],
-                    outputs=["pctd_train", "pctd_test", "pctd_report"],
-                    name="build_pctd_documents",
-                )
-            ],
-            namespace=f"clients.{org}",
-            inputs={"vocabulary": "common_vocabulary"},
-            outputs={"pctd_report": shared("pctd_report", org)},
-        )
-        for org in organisations
-    ]
-    documents = {
-        **{org: client(org, "pctd_train") for org in organisations},
-        **{org + TEST: client(org, "pctd_test") for org in organisations},
-    }
+    and the common vocabulary with its summed counts. Only the report's counts, in training
+    noisy statistics, and the evaluation's sums leave an organisation; the server's training
+    nodes simulate the federation in process (docs/pctd.md)."""
+    training = {org: client(org, "pctd_train") for org in organisations}
+    evaluations = {org: shared("pctd_evaluation", org) for org in organisations}
     server = Pipeline(
         [
             Node(
@@ -41,19 +74,37 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "preprocess_params": "params:preprocess",
                     "consensus_params": "params:vocab_consensus",
                     "common_vocabulary": "common_vocabulary",
-                    **{org: client(org, "pctd_train") for org in organisations},
+                    **training,
                 },
                 outputs=["pctd_models", "pctd_history", "pctd_training_mlflow"],
                 name="train_pctd",
             ),
             Node(
-                evaluate_pctd,
+                train_pctd_baselines,
+                inputs={"params": "params:pctd", "organisations": "params:organisations", **training},
+                outputs="pctd_baselines",
+                name="train_pctd_baselines",
+            ),
+            Node(
+                train_pctd_sweeps,
                 inputs={
-                    "models": "pctd_models",
                     "params": "params:pctd",
                     "organisations": "params:organisations",
                     "common_vocabulary": "common_vocabulary",
-                    **documents,
+                    **training,
+                },
+                outputs="pctd_figure_models",
+                name="train_pctd_sweeps",
+            ),
+            Node(
+                evaluate_pctd,
+                inputs={
+                    "models": "pctd_models",
+                    "baselines": "pctd_baselines",
+                    "params": "params:pctd",
+                    "organisations": "params:organisations",
+                    "common_vocabulary": "common_vocabulary",
+                    **evaluations,
                 },
                 outputs=["pctd_metrics", "pctd_fig3", "pctd_metrics_mlflow"],
                 name="evaluate_pctd",
@@ -61,14 +112,15 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             Node(
                 pctd_figures,
                 inputs={
+                    "figure_models": "pctd_figure_models",
                     "params": "params:pctd",
                     "organisations": "params:organisations",
                     "common_vocabulary": "common_vocabulary",
-                    **documents,
+                    **evaluations,
                 },
                 outputs=["pctd_sweeps", "pctd_figures", "pctd_sweeps_mlflow"],
                 name="pctd_figures",
             ),
         ]
     )
-    return sum(clients, server)
+    return sum((_organisation_pipeline(org) for org in organisations), server)
