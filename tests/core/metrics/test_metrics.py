@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig, TrainConfig
@@ -77,3 +78,34 @@ def test_svm_scores_report_macro_f1_and_accuracy() -> None:
         "accuracy": accuracy_score(y_te, predicted),
     }
     assert 0.5 < scores["accuracy"] < 1.0 and scores["macro_f1"] != scores["accuracy"]
+
+
+def test_summed_confusion_counts_score_as_the_pooled_predictions() -> None:
+    """One organisation: the summed counts give svm_scores' numbers; several: scikit-learn's scores
+    of all their test predictions together (the classes each saw differ)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    from fedtopic_pipelines.core.metrics.classification import (
+        pooled_scores,
+        svm_confusion,
+        svm_predictions,
+        svm_scores,
+    )
+
+    rng = np.random.default_rng(0)
+    parts = []
+    for classes in (["a", "b", "c"], ["a", "b"], ["b", "c", "d"]):
+        labels = np.array([classes[i % len(classes)] for i in range(60)], dtype=object)
+        features = rng.normal(size=(60, 4)) + np.array([[classes.index(y) % 2, 0, 0, 0] for y in labels])
+        parts.append((features, labels))
+    one = parts[0]
+    assert pooled_scores([svm_confusion(*one, 0.2, 1.0, 7)]) == pytest.approx(
+        {**svm_scores(*one, 0.2, 1.0, 7), "organisations": 1}, abs=1e-12
+    )
+    truth, predicted = zip(*(svm_predictions(*p, 0.2, 1.0, 7) for p in parts), strict=True)
+    truth, predicted = np.concatenate(truth), np.concatenate(predicted)
+    summed = pooled_scores([*(svm_confusion(*p, 0.2, 1.0, 7) for p in parts), None])
+    assert summed["macro_f1"] == pytest.approx(f1_score(truth, predicted, average="macro"), abs=1e-12)
+    assert summed["accuracy"] == pytest.approx(accuracy_score(truth, predicted), abs=1e-12)
+    assert summed["organisations"] == 3  # the one that could train none is counted out
+    assert pooled_scores([None]) == {"macro_f1": None, "accuracy": None, "organisations": 0}
