@@ -346,7 +346,7 @@ def run_method(
         for p in facts["curve"]
     }
     points = [{"key": f"{key}@{int(p['round'])}", "round": p["round"], "bytes": p["bytes"]} for p in facts["curve"]]
-    doc_topics = None if evaluation is None else fitted.doc_topics(evaluation.matrix, derive_seed(run.seed, 9100))
+    doc_topics = None if evaluation is None else fitted.doc_topics(evaluation.matrix)
     labels = None if evaluation is None else evaluation.labels
     scores = score(fitted.topic_word, doc_topics, labels, terms, vectors, run)
     logger.info(

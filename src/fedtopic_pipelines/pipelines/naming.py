@@ -1,9 +1,19 @@
-"""Dataset names shared by the pipelines.
+"""Dataset names and the wiring shape the pipelines share.
 
 Private datasets live in an organisation's namespace (``clients.<org>.*``); what
 crosses to the server has a flat name (``vocabulary_proposal__<org>``, ``evaluation__<org>``),
-which makes the privacy boundary visible in the catalog.
+which makes the privacy boundary visible in the catalog. Every pipeline that works inside
+the organisations instantiates one template per organisation (:func:`inside_each`); the
+server reads what they send (:func:`sent_by_each`), and only a node on the boundary's
+allow-list reads their own data (:func:`private_of_each`).
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial, update_wrapper
+
+from kedro.pipeline import Pipeline
 
 
 def client(org: str, dataset: str) -> str:
@@ -14,6 +24,51 @@ def client(org: str, dataset: str) -> str:
 def shared(dataset: str, org: str) -> str:
     """An aggregate that organisation ``org`` sends to the server."""
     return f"{dataset}__{org}"
+
+
+def inside_each(
+    organisations: Iterable[str],
+    template: Pipeline | Callable[[str], Pipeline],
+    *,
+    inputs: Mapping[str, str] | Iterable[str] = (),
+    parameters: Iterable[str] = (),
+    sends: Iterable[str] = (),
+) -> Pipeline:
+    """``template`` (or ``template(org)``) in each organisation's namespace ``clients.<org>``:
+    ``inputs`` and ``parameters`` come from the server side under their own names, and each of
+    ``sends`` crosses to the server as ``<name>__<org>``; every other dataset stays inside."""
+    sends = list(sends)
+    return sum(
+        (
+            Pipeline(
+                template(org) if callable(template) and not isinstance(template, Pipeline) else template,
+                namespace=f"clients.{org}",
+                inputs=dict(inputs) if isinstance(inputs, Mapping) else set(inputs),
+                parameters=set(parameters),
+                outputs={name: shared(name, org) for name in sends},
+            )
+            for org in organisations
+        ),
+        Pipeline([]),
+    )
+
+
+def for_organisation(func: Callable, org: str) -> Callable:
+    """``func`` with its ``organisation`` argument bound to ``org``, under ``func``'s own name: a
+    node inside one organisation that needs to know which it is (its seeded streams)."""
+    return update_wrapper(partial(func, organisation=org), func)
+
+
+def sent_by_each(organisations: Iterable[str], dataset: str, prefix: str = "") -> dict[str, str]:
+    """A server node's inputs: what each organisation sent (``<dataset>__<org>``), keyed by
+    ``prefix + org``."""
+    return {prefix + org: shared(dataset, org) for org in organisations}
+
+
+def private_of_each(organisations: Iterable[str], dataset: str, prefix: str = "") -> dict[str, str]:
+    """A server node's inputs: each organisation's own ``dataset``, keyed by ``prefix + org``.
+    Only a node on the boundary's allow-list (``pipelines/boundary.py``) may read them."""
+    return {prefix + org: client(org, dataset) for org in organisations}
 
 
 def ingestion_outputs(organisations: list[str], corpus: str) -> dict[str, str]:

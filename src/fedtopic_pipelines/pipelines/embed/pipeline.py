@@ -3,6 +3,7 @@
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.embed.nodes import embed_documents
+from fedtopic_pipelines.pipelines.naming import inside_each
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
@@ -17,7 +18,4 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             )
         ]
     )
-    return sum(
-        (Pipeline(template, namespace=f"clients.{org}", parameters={"train"}) for org in organisations),
-        Pipeline([]),
-    )
+    return inside_each(organisations, template, parameters={"train"})

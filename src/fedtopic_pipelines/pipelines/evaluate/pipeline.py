@@ -3,7 +3,7 @@
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.evaluate.nodes import evaluate_organisation, select_coherence_candidates, summarise
-from fedtopic_pipelines.pipelines.naming import shared
+from fedtopic_pipelines.pipelines.naming import inside_each, sent_by_each
 
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
@@ -27,16 +27,13 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             )
         ]
     )
-    clients = [
-        Pipeline(
-            template,
-            namespace=f"clients.{org}",
-            parameters={"evaluate"},
-            inputs={"trained_models", "coherence_candidates"},
-            outputs={"evaluation": shared("evaluation", org)},
-        )
-        for org in organisations
-    ]
+    clients = inside_each(
+        organisations,
+        template,
+        inputs={"trained_models", "coherence_candidates"},
+        parameters={"evaluate"},
+        sends=["evaluation"],
+    )
     server = Pipeline(
         [
             Node(
@@ -47,11 +44,11 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "organisations": "params:organisations",
                     "candidates": "coherence_candidates",
                     "params": "params:evaluate",
-                    **{org: shared("evaluation", org) for org in organisations},
+                    **sent_by_each(organisations, "evaluation"),
                 },
                 outputs=["metrics", "headline_metrics", "topics", "scenario_comparison", "evaluation_metrics_mlflow"],
                 name="summarise_evaluation",
             )
         ]
     )
-    return sum(clients, candidates + server)
+    return candidates + clients + server

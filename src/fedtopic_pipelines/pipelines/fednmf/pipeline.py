@@ -1,22 +1,19 @@
 """Wiring of ``fednmf``: the sweep at the server, each organisation's scores of every model on
 its own documents, then the tables, figures and MLflow runs."""
 
-from functools import partial, update_wrapper
-
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.fednmf.nodes import evaluate_fednmf_organisation, run_fednmf, summarise_fednmf
-from fedtopic_pipelines.pipelines.naming import client, shared
+from fedtopic_pipelines.pipelines.naming import for_organisation, inside_each, private_of_each, sent_by_each
 
 
-def _organisation_pipeline(org: str) -> Pipeline:
+def _organisation_site(org: str) -> Pipeline:
     """Inside ``clients.<org>``: every model scored on its own texts and documents; only the
     counts (``fednmf_evaluation__<org>``) leave."""
-    evaluate = update_wrapper(partial(evaluate_fednmf_organisation, organisation=org), evaluate_fednmf_organisation)
     return Pipeline(
         [
             Node(
-                evaluate,
+                for_organisation(evaluate_fednmf_organisation, org),
                 inputs={
                     "tokens": "tokens",
                     "bow": "bow",
@@ -27,11 +24,7 @@ def _organisation_pipeline(org: str) -> Pipeline:
                 outputs="fednmf_evaluation",
                 name="evaluate_fednmf_organisation",
             )
-        ],
-        namespace=f"clients.{org}",
-        inputs={"fednmf_sweep", "fednmf_models"},
-        parameters={"fednmf"},
-        outputs={"fednmf_evaluation": shared("fednmf_evaluation", org)},
+        ]
     )
 
 
@@ -50,7 +43,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "organisations": "params:organisations",
                     "privacy": "params:privacy",
                     "common_vocabulary": "common_vocabulary",
-                    **{org: client(org, "bow") for org in organisations},
+                    **private_of_each(organisations, "bow"),
                 },
                 outputs=["fednmf_sweep", "fednmf_models"],
                 name="run_fednmf",
@@ -61,11 +54,18 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "sweep": "fednmf_sweep",
                     "organisations": "params:organisations",
                     "params": "params:fednmf",
-                    **{org: shared("fednmf_evaluation", org) for org in organisations},
+                    **sent_by_each(organisations, "fednmf_evaluation"),
                 },
                 outputs=["fednmf_metrics", "fednmf_tables", "fednmf_figures", "fednmf_mlflow_runs"],
                 name="summarise_fednmf",
             ),
         ]
     )
-    return sum((_organisation_pipeline(org) for org in organisations), server)
+    sites = inside_each(
+        organisations,
+        _organisation_site,
+        inputs={"fednmf_sweep", "fednmf_models"},
+        parameters={"fednmf"},
+        sends=["fednmf_evaluation"],
+    )
+    return server + sites

@@ -42,6 +42,7 @@ from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_his
 
 logger = logging.getLogger(__name__)
 
+
 def build_pctd_documents(tokens: Any, vocabulary: pd.DataFrame) -> tuple[Sentences, Sentences, dict[str, Any]]:
     """The organisation's training and held-out documents as ids of the common vocabulary
     (inside it), and a report of counts (documents kept, dropped for fewer than two words)."""
@@ -97,9 +98,7 @@ def train_pctd(
     return models, history, mlflow
 
 
-def train_pctd_baselines(
-    params: dict[str, Any], organisations: list[str], **documents: Sentences
-) -> dict[str, Any]:
+def train_pctd_baselines(params: dict[str, Any], organisations: list[str], **documents: Sentences) -> dict[str, Any]:
     """gensim LDA on the pooled training documents (``lda_pooled``) and on each party's alone
     (``lda_local__<org>``): the baselines, named as such."""
     run = _run(params)

@@ -1,11 +1,9 @@
 """Wiring of ``pctd``: per organisation its word sequences and its share of the evaluation;
 training, the baselines, the sums and the figures at the server."""
 
-from functools import partial, update_wrapper
-
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.naming import client, shared
+from fedtopic_pipelines.pipelines.naming import for_organisation, inside_each, private_of_each, sent_by_each
 from fedtopic_pipelines.pipelines.pctd.nodes import (
     build_pctd_documents,
     evaluate_pctd,
@@ -17,10 +15,9 @@ from fedtopic_pipelines.pipelines.pctd.nodes import (
 )
 
 
-def _organisation_pipeline(org: str) -> Pipeline:
+def _organisation_site(org: str) -> Pipeline:
     """Inside ``clients.<org>``: its documents as id sequences, then every model scored on them.
     Only the report's counts and the evaluation's sums (``pctd_evaluation__<org>``) leave."""
-    evaluate = update_wrapper(partial(evaluate_pctd_organisation, organisation=org), evaluate_pctd_organisation)
     return Pipeline(
         [
             Node(
@@ -30,7 +27,7 @@ def _organisation_pipeline(org: str) -> Pipeline:
                 name="build_pctd_documents",
             ),
             Node(
-                evaluate,
+                for_organisation(evaluate_pctd_organisation, org),
                 inputs={
                     "train": "pctd_train",
                     "test": "pctd_test",
@@ -44,16 +41,7 @@ def _organisation_pipeline(org: str) -> Pipeline:
                 outputs="pctd_evaluation",
                 name="evaluate_pctd_organisation",
             ),
-        ],
-        namespace=f"clients.{org}",
-        inputs={
-            "vocabulary": "common_vocabulary",
-            "pctd_models": "pctd_models",
-            "pctd_baselines": "pctd_baselines",
-            "pctd_figure_models": "pctd_figure_models",
-        },
-        parameters={"pctd", "organisations"},
-        outputs={"pctd_report": shared("pctd_report", org), "pctd_evaluation": shared("pctd_evaluation", org)},
+        ]
     )
 
 
@@ -62,8 +50,8 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
     and the common vocabulary with its summed counts. Only the report's counts, in training
     noisy statistics, and the evaluation's sums leave an organisation; the server's training
     nodes simulate the federation in process (docs/pctd.md)."""
-    training = {org: client(org, "pctd_train") for org in organisations}
-    evaluations = {org: shared("pctd_evaluation", org) for org in organisations}
+    training = private_of_each(organisations, "pctd_train")
+    evaluations = sent_by_each(organisations, "pctd_evaluation")
     server = Pipeline(
         [
             Node(
@@ -123,4 +111,14 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             ),
         ]
     )
-    return sum((_organisation_pipeline(org) for org in organisations), server)
+    sites = inside_each(
+        organisations,
+        _organisation_site,
+        inputs={
+            "vocabulary": "common_vocabulary",
+            **{name: name for name in ("pctd_models", "pctd_baselines", "pctd_figure_models")},
+        },
+        parameters={"pctd", "organisations"},
+        sends=["pctd_report", "pctd_evaluation"],
+    )
+    return sites + server

@@ -2,7 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.naming import shared
+from fedtopic_pipelines.pipelines.naming import inside_each, sent_by_each
 from fedtopic_pipelines.pipelines.preprocess.nodes import (
     PREFIX,
     check_document_counts,
@@ -38,26 +38,18 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "preprocess": "params:preprocess",
                     "train": "params:train",
                     "evaluate": "params:evaluate",
-                    **{f"{PREFIX}{o}": shared("document_counts", o) for o in organisations},
+                    **sent_by_each(organisations, "document_counts", PREFIX),
                 },
                 outputs=CHECK,
                 name="check_document_counts",
             )
         ]
     )
-    return sum(
-        (
-            Pipeline(
-                template(),
-                namespace=f"clients.{org}",
-                parameters={"preprocess"},
-                inputs={CHECK: CHECK},
-                outputs={
-                    "document_counts": shared("document_counts", org),
-                    "preprocess_report": shared("preprocess_report", org),
-                },
-            )
-            for org in organisations
-        ),
-        check,
+    sites = inside_each(
+        organisations,
+        template(),
+        inputs={CHECK},
+        parameters={"preprocess"},
+        sends=["document_counts", "preprocess_report"],
     )
+    return check + sites

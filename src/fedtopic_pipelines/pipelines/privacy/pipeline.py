@@ -2,7 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.naming import client
+from fedtopic_pipelines.pipelines.naming import private_of_each
 from fedtopic_pipelines.pipelines.privacy.nodes import report_privacy
 
 
@@ -16,7 +16,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "metrics": "metrics",
                     "consensus_report": "consensus_report",
                     "params": "params:privacy",
-                    **{org: client(org, "bow") for org in organisations},
+                    **private_of_each(organisations, "bow"),
                 },
                 outputs=["privacy_report", "privacy_metrics_mlflow"],
                 name="report_privacy",

@@ -4,7 +4,7 @@
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines import evaluate
-from fedtopic_pipelines.pipelines.naming import client
+from fedtopic_pipelines.pipelines.naming import client, private_of_each
 from fedtopic_pipelines.pipelines.realdata.nodes import compare_topics, train_experiment
 from fedtopic_pipelines.pipelines.train.nodes import EMBEDDINGS
 
@@ -19,8 +19,8 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "realdata": "params:realdata",
                     "organisations": "params:organisations",
                     "common_vocabulary": "common_vocabulary",
-                    **{org: client(org, "bow") for org in organisations},
-                    **{EMBEDDINGS + org: client(org, "embeddings") for org in organisations},
+                    **private_of_each(organisations, "bow"),
+                    **private_of_each(organisations, "embeddings", EMBEDDINGS),
                 },
                 outputs="realdata_models",
                 name="train_realdata_models",

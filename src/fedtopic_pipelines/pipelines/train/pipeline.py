@@ -2,7 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.naming import client
+from fedtopic_pipelines.pipelines.naming import private_of_each
 from fedtopic_pipelines.pipelines.train.nodes import EMBEDDINGS, train_models
 
 
@@ -18,8 +18,8 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "preprocess_params": "params:preprocess",
                     "consensus_params": "params:vocab_consensus",
                     "common_vocabulary": "common_vocabulary",
-                    **{org: client(org, "bow") for org in organisations},
-                    **{EMBEDDINGS + org: client(org, "embeddings") for org in organisations},
+                    **private_of_each(organisations, "bow"),
+                    **private_of_each(organisations, "embeddings", EMBEDDINGS),
                 },
                 outputs=["trained_models", "training_history", "training_metrics_mlflow"],
                 name="train_models",

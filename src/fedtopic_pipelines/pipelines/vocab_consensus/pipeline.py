@@ -2,7 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.naming import client, shared
+from fedtopic_pipelines.pipelines.naming import inside_each, private_of_each, sent_by_each
 from fedtopic_pipelines.pipelines.vocab_consensus.nodes import (
     merge_vocabulary,
     propose_vocabulary,
@@ -21,8 +21,8 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
     the server sends back ``vocabulary_request`` (those digests) and the vocabulary. The server's
     ``consensus_report`` says what the floors and ``privacy.vocab_k`` removed, with attack (d)'s
     score on its view, added by an audit node that reads every organisation's counts (the truth)."""
-    proposals = {shared("vocabulary_proposal", o): shared("vocabulary_proposal", o) for o in organisations}
-    reveals = {shared("vocabulary_reveal", o): shared("vocabulary_reveal", o) for o in organisations}
+    proposals = {name: name for name in sent_by_each(organisations, "vocabulary_proposal").values()}
+    reveals = {name: name for name in sent_by_each(organisations, "vocabulary_reveal").values()}
     server = Pipeline(
         [
             Node(
@@ -43,7 +43,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "report": "consensus_server_report",
                     "view": "vocabulary_server_view",
                     "consensus": "params:vocab_consensus",
-                    **{o: client(o, "term_counts") for o in organisations},
+                    **private_of_each(organisations, "term_counts"),
                 },
                 outputs="consensus_report",
                 name="score_vocabulary_attack",
@@ -72,18 +72,11 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             ),
         ]
     )
-    clients = [
-        Pipeline(
-            site,
-            namespace=f"clients.{org}",
-            parameters={"vocab_consensus", "privacy"},
-            inputs={"vocabulary": "common_vocabulary", "vocabulary_request": "vocabulary_request"},
-            outputs={
-                "vocabulary_proposal": shared("vocabulary_proposal", org),
-                "vocabulary_reveal": shared("vocabulary_reveal", org),
-                "vectorize_report": shared("vectorize_report", org),
-            },
-        )
-        for org in organisations
-    ]
-    return sum(clients, server)
+    sites = inside_each(
+        organisations,
+        site,
+        inputs={"vocabulary": "common_vocabulary", "vocabulary_request": "vocabulary_request"},
+        parameters={"vocab_consensus", "privacy"},
+        sends=["vocabulary_proposal", "vocabulary_reveal", "vectorize_report"],
+    )
+    return server + sites

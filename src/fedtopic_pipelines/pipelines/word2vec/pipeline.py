@@ -2,7 +2,7 @@
 
 from kedro.pipeline import Node, Pipeline
 
-from fedtopic_pipelines.pipelines.naming import client, shared
+from fedtopic_pipelines.pipelines.naming import inside_each, private_of_each
 from fedtopic_pipelines.pipelines.word2vec.nodes import (
     build_sentences,
     evaluate_word_vectors,
@@ -15,22 +15,17 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
     """Reads what the default chain wrote: each organisation's tokens (``preprocess``) and the
     common vocabulary with its summed counts (``vocab_consensus``). Only the report's counts
     (``word2vec_report__<org>``) and, in training, sparse gradient rows leave an organisation."""
-    clients = [
-        Pipeline(
-            [
-                Node(
-                    build_sentences,
-                    inputs=["tokens", "vocabulary"],
-                    outputs=["sentences", "word2vec_report"],
-                    name="build_sentences",
-                )
-            ],
-            namespace=f"clients.{org}",
-            inputs={"vocabulary": "common_vocabulary"},
-            outputs={"word2vec_report": shared("word2vec_report", org)},
-        )
-        for org in organisations
-    ]
+    site = Pipeline(
+        [
+            Node(
+                build_sentences,
+                inputs=["tokens", "vocabulary"],
+                outputs=["sentences", "word2vec_report"],
+                name="build_sentences",
+            )
+        ]
+    )
+    clients = inside_each(organisations, site, inputs={"vocabulary": "common_vocabulary"}, sends=["word2vec_report"])
     server = Pipeline(
         [
             Node(
@@ -41,7 +36,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "preprocess_params": "params:preprocess",
                     "consensus_params": "params:vocab_consensus",
                     "common_vocabulary": "common_vocabulary",
-                    **{org: client(org, "sentences") for org in organisations},
+                    **private_of_each(organisations, "sentences"),
                 },
                 outputs=["word2vec_models", "word2vec_history", "word2vec_training_mlflow"],
                 name="train_word2vec",
@@ -52,7 +47,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "params": "params:word2vec",
                     "organisations": "params:organisations",
                     "common_vocabulary": "common_vocabulary",
-                    **{org: client(org, "sentences") for org in organisations},
+                    **private_of_each(organisations, "sentences"),
                 },
                 outputs="word2vec_reference",
                 name="train_word2vec_reference",
@@ -65,4 +60,4 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             ),
         ]
     )
-    return sum(clients, server)
+    return clients + server
