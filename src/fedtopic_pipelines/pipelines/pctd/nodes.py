@@ -22,7 +22,6 @@ import pandas as pd
 
 from fedtopic_pipelines.core.config import PCTDRunConfig, from_mapping
 from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate, sentences_from_frames
-from fedtopic_pipelines.core.ingest.common import iter_frames
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.pctd_experiment import (
     Party,
@@ -33,6 +32,7 @@ from fedtopic_pipelines.core.pctd_experiment import (
     score_models,
     train_lda,
 )
+from fedtopic_pipelines.core.shards import iter_frames
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
 
