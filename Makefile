@@ -41,12 +41,15 @@ $(BENCHMARKS_WHEEL): | $(STAMP)
 run: install
 	$(BIN)/kedro run
 
+# lint-imports: core/ imports one way down ([tool.importlinter] in pyproject.toml)
 test: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 lint: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 
 repro: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro

@@ -260,7 +260,7 @@ def run_ingest(path: Path, processes: int | None, work: Path) -> tuple[dict, flo
 
 def bench_throughput(dump: dict, workdir: Path, repeats: int) -> dict:
     """bzcat, ingest(all), bzcat, ingest(1), bzcat ... on one file: bzcat is timed around each ingestion."""
-    from fedtopic_pipelines.core.ingest.common import resolve_processes
+    from fedtopic_pipelines.core.shards import resolve_processes
 
     path = Path(dump["file"])
     all_cores = resolve_processes(None)
@@ -403,7 +403,8 @@ def build_preprocess_input(work: Path, target: Path, n_docs: int, shard_docs: in
     """All organisations' ingested articles (each once), repeated under fresh ids up to ``n_docs`` documents."""
     import pandas as pd
 
-    from fedtopic_pipelines.core.ingest.common import SHARD_COLUMNS, ShardedTable, write_parquet_atomic
+    from fedtopic_pipelines.core.ingest.common import SHARD_COLUMNS
+    from fedtopic_pipelines.core.shards import ShardedTable, write_parquet_atomic
 
     shutil.rmtree(target, ignore_errors=True)
     frame = ShardedTable(sorted(work.glob("*/*.parquet"))).to_frame(SHARD_COLUMNS)
@@ -432,7 +433,7 @@ def build_preprocess_input(work: Path, target: Path, n_docs: int, shard_docs: in
 def bench_preprocess(source_work: Path, workdir: Path, n_docs: int, shard_docs: int) -> dict:
     import pandas as pd
 
-    from fedtopic_pipelines.core.ingest.common import ShardedTable
+    from fedtopic_pipelines.core.shards import ShardedTable
     from fedtopic_pipelines.core.text.preprocess import PARALLEL_MIN_DOCUMENTS, preprocess_shards
 
     data = build_preprocess_input(source_work, workdir / "preprocess" / "input", n_docs, shard_docs)

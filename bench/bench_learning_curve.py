@@ -113,8 +113,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
-    from fedtopic_pipelines.core.federated.federation import run_federation
-    from fedtopic_pipelines.core.federated.site import MemoryEndpoint, PooledEndpoint
+    from fedtopic_pipelines.core.federation import run_federation
+    from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
 
     params, project = project_config(args.env)
     vocabulary, matrices, texts = demo_data(params, project)

@@ -140,7 +140,7 @@ def load_corpus(name: str, smoke: bool, clients: int, seed: int) -> Corpus:
 
     if name == "demo":
         from bench.common import demo_tables, project_config
-        from fedtopic_pipelines.core.federated.site import run_sites
+        from fedtopic_pipelines.core.site import run_sites
 
         params, project = project_config("smoke" if smoke else None)
         tables = demo_tables(params)
@@ -326,7 +326,7 @@ def quality(w, h, corpus: Corpus, vectors, seed: int) -> dict:
 
 def word_vectors():
     try:
-        from fedtopic_pipelines.core.metrics.amwmd import load_word_vectors
+        from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 
         return load_word_vectors()
     except Exception as error:  # the coherence column is then empty, and said so

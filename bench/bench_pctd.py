@@ -93,8 +93,8 @@ def _lee(min_count: int):
 
 
 def _similarity(vocabulary, frequent: int, neighbours: int, threshold: float):
-    from fedtopic_pipelines.core.metrics.amwmd import load_word_vectors
     from fedtopic_pipelines.core.models.pctd import similarity_matrix
+    from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 
     return similarity_matrix(vocabulary, load_word_vectors(), frequent, neighbours, threshold)
 
@@ -156,8 +156,8 @@ def memory(args: argparse.Namespace) -> None:
     import numpy as np
     import scipy.sparse as sp
 
-    from fedtopic_pipelines.core.metrics.amwmd import load_word_vectors
     from fedtopic_pipelines.core.models.pctd import SemanticUnits, e_step, random_distributions
+    from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 
     v, k = args.vocab, args.topics_memory
     rng = np.random.default_rng(args.seed)

@@ -2,7 +2,7 @@
 
 The server is honest but curious: it runs the protocol and reads only what reaches it (each
 organisation's update of every round, its reported loss terms, the final model). A
-``RecordingEngine`` (``core/privacy/attacks.py``) keeps the first ``--attack-rounds`` rounds of
+``RecordingEngine`` (``core/audit/attacks.py``) keeps the first ``--attack-rounds`` rounds of
 replies; the attacks read them. Ground truth (which words a client's batch held) is the
 organisation's own seeded stream replayed here, never something the server has.
 
@@ -118,7 +118,7 @@ class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         from common import demo_tables, project_config
 
-        from fedtopic_pipelines.core.federated.site import run_sites
+        from fedtopic_pipelines.core.site import run_sites
 
         overrides = {"ingest_demo": {"max_documents": {"train": args.train_docs, "test": args.test_docs}}}
         self.params, self.project = project_config("smoke", overrides)
@@ -163,7 +163,7 @@ class Demo:
         import numpy as np
 
         from fedtopic_pipelines.core.families.ctm import ContextualData
-        from fedtopic_pipelines.core.federated.site import texts_of
+        from fedtopic_pipelines.core.site import texts_of
         from fedtopic_pipelines.core.text.embeddings import DEFAULT_MODEL, embed_texts
 
         bows = self.train if split == "train" else self.test
@@ -214,10 +214,10 @@ def train_config(demo: Demo, family: str, rounds: int, privacy: dict | None = No
 def federate(vocabulary, data: dict, config, keep: int, keep_state: bool = False):
     """One federated run on ``data`` over the agreed ``vocabulary`` (a frame with its terms), the
     server's view recorded; returns (engine, trained model)."""
+    from fedtopic_pipelines.core.audit.attacks import RecordingEngine
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
-    from fedtopic_pipelines.core.federated.federation import run_federation
-    from fedtopic_pipelines.core.federated.site import MemoryEndpoint
-    from fedtopic_pipelines.core.privacy.attacks import RecordingEngine
+    from fedtopic_pipelines.core.federation import run_federation
+    from fedtopic_pipelines.core.site import MemoryEndpoint
 
     engine = RecordingEngine(InProcessEngine([MemoryEndpoint(o, d) for o, d in data.items()]), keep, keep_state)
     result = run_federation(engine, list(data), config, vocabulary=vocabulary, progress=False)
@@ -268,7 +268,7 @@ def mean_view(rec):
     """Secure aggregation's view of a round as an update: the example-weighted mean of the updates."""
     import dataclasses
 
-    from fedtopic_pipelines.core.privacy.attacks import summed_view
+    from fedtopic_pipelines.core.audit.attacks import summed_view
 
     total = sum(u.num_examples for u in rec.updates.values())
     any_update = next(iter(rec.updates.values()))
@@ -281,7 +281,7 @@ def mean_view(rec):
 
 def attack_a(family: str, engine, truth, vocab_size: int, summed: bool) -> dict[str, Any]:
     """Attack (a) on every recorded update (or, ``summed``, on each round's secure-aggregation view)."""
-    from fedtopic_pipelines.core.privacy import attacks as A
+    from fedtopic_pipelines.core.audit import attacks as A
 
     def view(rec, update):
         return mean_view(rec) if summed else update
@@ -318,7 +318,7 @@ def attack_a(family: str, engine, truth, vocab_size: int, summed: bool) -> dict[
 
 
 def attack_b(engine, rows, vocab_size: int) -> dict[str, Any]:
-    from fedtopic_pipelines.core.privacy import attacks as A
+    from fedtopic_pipelines.core.audit import attacks as A
 
     def guess(tables):
         def fn(rec, update):
@@ -339,8 +339,8 @@ def attack_c(demo: Demo, family: str, model, engine, test_data: dict | None, rou
     test documents), averaged; the threshold each organisation's reported losses give."""
     import numpy as np
 
+    from fedtopic_pipelines.core.audit import attacks as A
     from fedtopic_pipelines.core.families import get_family
-    from fedtopic_pipelines.core.privacy import attacks as A
 
     fam = get_family(family)
     aucs, advantages = [], []
@@ -387,8 +387,8 @@ def family_data(demo: Demo, family: str) -> tuple[dict, dict | None]:
 def truth_of(demo: Demo, family: str, data: dict, config, rounds: int):
     import numpy as np
 
+    from fedtopic_pipelines.core.audit import attacks as A
     from fedtopic_pipelines.core.families import get_family
-    from fedtopic_pipelines.core.privacy import attacks as A
 
     fam = get_family(family)
     if family == "word2vec":

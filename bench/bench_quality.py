@@ -167,7 +167,7 @@ def contextual_inputs(params: dict, project, bows: dict, env: str | None):
     from common import demo_tables
 
     from fedtopic_pipelines.core.families.ctm import ContextualData
-    from fedtopic_pipelines.core.federated.site import texts_of
+    from fedtopic_pipelines.core.site import texts_of
     from fedtopic_pipelines.core.text.embeddings import EmbeddingCache
 
     tables, settings = demo_tables(params), project.train.embeddings

@@ -35,9 +35,9 @@ import torch
 from common import DEMO_WHEEL, project_config
 
 from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
-from fedtopic_pipelines.core.federated.site import Site
-from fedtopic_pipelines.core.ingest.common import iter_frames
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
+from fedtopic_pipelines.core.shards import iter_frames
+from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
 from fedtopic_pipelines.core.text.demo import read_demo_wheel
 from fedtopic_pipelines.core.training import train_scenarios

@@ -60,7 +60,7 @@ def archive_tables(params: dict) -> dict[str, Any]:
 
 def chain_texts(params: dict, project: ProjectConfig, tables: dict[str, Any]) -> tuple[Any, dict, dict]:
     """The site steps on any corpus's raw tables: common vocabulary, bags of words, training texts."""
-    from fedtopic_pipelines.core.federated.site import run_sites
+    from fedtopic_pipelines.core.site import run_sites
 
     logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
     return run_sites(tables, project.preprocess, project.consensus, train_texts=True)
@@ -70,7 +70,7 @@ def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, 
     """The demo corpus's common vocabulary and each organisation's training matrix, as the
     pipelines build them (``ingest_demo`` with its caps, then the site steps); the smoke
     environment's caps make it small."""
-    from fedtopic_pipelines.core.federated.site import run_sites
+    from fedtopic_pipelines.core.site import run_sites
 
     tables = demo_tables(params)
     logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)

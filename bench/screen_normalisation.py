@@ -31,15 +31,16 @@ import scipy.sparse as sp
 import torch
 from common import project_config
 
+from fedtopic_pipelines.core.compute import resolve_device
 from fedtopic_pipelines.core.families import get_family
-from fedtopic_pipelines.core.federated.batching import BatchSource, derive_seed
+from fedtopic_pipelines.core.federated.batching import BatchSource
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import stopping_rule
 from fedtopic_pipelines.core.federated.server import FederatedServer
-from fedtopic_pipelines.core.federated.site import hold_out_one, resolve_device
+from fedtopic_pipelines.core.federation import stopping_rule
 from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss
 from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.seeds import derive_seed, hold_out_one
 from fedtopic_pipelines.core.synthetic import generate
 from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, consensus_matrices, infer_theta
 from fedtopic_pipelines.core.training import train_scenarios

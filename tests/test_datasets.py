@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from kedro.io import DatasetError
 
-from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
+from fedtopic_pipelines.core.shards import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.datasets import InputFilesDataset, ParquetShardsDataset, WorkFolderDataset
 
 

@@ -15,8 +15,8 @@ import scipy.sparse as sp
 from kedro.io import AbstractDataset, DatasetError
 
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings
-from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.model_store import TrainedModel, load_models, save_models
+from fedtopic_pipelines.core.shards import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.text.corpus import SourceTable, load_table, read_ordered_corpus
 from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus

@@ -9,7 +9,6 @@ import pytest
 
 from fedtopic_pipelines.core.config import PCTDRunConfig
 from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate
-from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
     coherence_by_model,
@@ -28,6 +27,7 @@ from fedtopic_pipelines.core.pctd_experiment import (
     score_models,
     train_lda,
 )
+from fedtopic_pipelines.core.seeds import derive_seed
 
 VOCAB = 12
 TERMS = [f"w{i}" for i in range(VOCAB)]

@@ -1,9 +1,10 @@
 import pytest
 import torch
 
+from fedtopic_pipelines.core.compute import resolve_device
 from fedtopic_pipelines.core.config import ConfigError, ProdLDAConfig, TrainConfig
 from fedtopic_pipelines.core.federated.engine import FederationError
-from fedtopic_pipelines.core.federated.site import hold_out_one, resolve_device
+from fedtopic_pipelines.core.seeds import hold_out_one
 from fedtopic_pipelines.core.training import train_scenarios
 from tests.conftest import poisson_matrices
 
@@ -155,7 +156,7 @@ def test_word_bias_starts_from_the_consensus_frequencies_in_every_scenario() -> 
 
 
 def test_train_threads_hold_while_training_and_are_restored_after(monkeypatch) -> None:
-    from fedtopic_pipelines.core.training import compute_threads
+    from fedtopic_pipelines.core.compute import compute_threads
 
     before = torch.get_num_threads()
     with pytest.raises(RuntimeError), compute_threads(1):

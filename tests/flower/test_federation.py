@@ -12,7 +12,7 @@ import torch
 from fedtopic_pipelines.core import persist
 from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, TrainConfig, from_mapping
 from fedtopic_pipelines.core.federated.checkpoint import KIND
-from fedtopic_pipelines.core.federated.site import read_raw, run_sites
+from fedtopic_pipelines.core.site import read_raw, run_sites
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.flower.client_app import app as client_app
 from fedtopic_pipelines.flower.federation import Job, run_flower_federation

@@ -116,8 +116,8 @@ def _wikipedia_params() -> dict:
 
 
 def test_ingest_wikipedia_slice_on_gensim_fragment(tmp_path) -> None:
-    from fedtopic_pipelines.core.ingest.common import ShardedTable
     from fedtopic_pipelines.core.ingest.wikipedia import gensim_fragment
+    from fedtopic_pipelines.core.shards import ShardedTable
     from fedtopic_pipelines.pipelines import ingest_wikipedia
 
     params = _wikipedia_params()

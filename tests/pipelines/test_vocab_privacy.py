@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fedtopic_pipelines.core.privacy.vocabulary import KEY_ENV
+from fedtopic_pipelines.core.vocab.privacy import KEY_ENV
 from fedtopic_pipelines.pipelines import vocab_consensus
 from tests.pipelines.conftest import run_slice
 

@@ -42,15 +42,15 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import WEIGHT_RULES, FedNMFRunConfig, TrainConfig
-from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.server import FederatedServer
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint, PooledEndpoint
+from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
 from fedtopic_pipelines.core.metrics.classification import svm_confusion, svm_scores
 from fedtopic_pipelines.core.metrics.topics import top_words
 from fedtopic_pipelines.core.metrics.we_coherence import we_coherence
+from fedtopic_pipelines.core.seeds import derive_seed
+from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 logger = logging.getLogger(__name__)

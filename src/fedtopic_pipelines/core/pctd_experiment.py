@@ -32,11 +32,9 @@ import scipy.sparse as sp
 from fedtopic_pipelines.core.config import PCTDRunConfig, TrainConfig
 from fedtopic_pipelines.core.families.pctd import noise_multiplier
 from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate
-from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.server import FederatedServer
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint
+from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
     coherence_by_model,
@@ -49,6 +47,8 @@ from fedtopic_pipelines.core.metrics.coherence import (
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.models.pctd import SemanticUnits, completion_perplexity, halves, per_word_perplexity
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
+from fedtopic_pipelines.core.seeds import derive_seed
+from fedtopic_pipelines.core.site import MemoryEndpoint
 
 logger = logging.getLogger(__name__)
 

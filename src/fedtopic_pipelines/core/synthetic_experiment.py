@@ -26,6 +26,7 @@ import scipy.sparse as sp
 import torch
 from pydantic import Field
 
+from fedtopic_pipelines.core.compute import resolve_device
 from fedtopic_pipelines.core.config import (
     ConfigError,
     ConfigModel,
@@ -38,10 +39,10 @@ from fedtopic_pipelines.core.config import (
     TrainConfig,
     from_mapping,
 )
-from fedtopic_pipelines.core.federated.batching import derive_seed
-from fedtopic_pipelines.core.federated.site import Site, resolve_device
 from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss, tss_baseline
 from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.seeds import derive_seed
+from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.core.synthetic import SyntheticCorpus, generate
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary

@@ -16,17 +16,18 @@ and may stop earlier (``train.patience``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
+import pandas as pd
 import scipy.sparse as sp
 
+from fedtopic_pipelines.core.compute import compute_threads
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint, PooledEndpoint
+from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ def train_scenarios(
     if len(widths) != 1:
         raise ValueError(f"organisations' matrices disagree on the vocabulary size: {widths}")
     if vocabulary is None:
-        import pandas as pd
-
         vocabulary = pd.DataFrame({"term": [f"w{j}" for j in range(widths.pop())]})
 
     def run(name: str, scenario: str, endpoints, trained_on, ghosts=None) -> TrainedModel:
@@ -74,22 +73,6 @@ def train_scenarios(
     with compute_threads(config.threads):
         _train_all(config, orgs, train_matrices, run, models)
     return models
-
-
-@contextlib.contextmanager
-def compute_threads(threads: int | None) -> Iterator[None]:
-    """torch's intra-op threads set to ``threads`` for the block (None: unchanged), then restored."""
-    if threads is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _train_all(config: TrainConfig, orgs, train_matrices, run, models: dict[str, TrainedModel]) -> None:

@@ -106,7 +106,7 @@ def demo_job(params: dict[str, Any], rounds: int) -> Job:
 def in_process_matrices(job: Job, data: dict[str, Path]) -> tuple[Any, dict[str, Any]]:
     """The common vocabulary and each organisation's training matrix, built from the same raw
     shards by the same site steps the pipelines and the nodes run."""
-    from fedtopic_pipelines.core.federated.site import read_raw, run_sites
+    from fedtopic_pipelines.core.site import read_raw, run_sites
 
     preprocess, consensus, _ = job.configs()
     vocabulary, bows = run_sites({org: read_raw(data[org]) for org in job.organisations}, preprocess, consensus)

@@ -30,7 +30,7 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 
 from fedtopic_pipelines.core.federated.messages import UpdateKind
-from fedtopic_pipelines.core.federated.site import HELLO, PREPARE, VOCABULARY, FolderEndpoint
+from fedtopic_pipelines.core.site import HELLO, PREPARE, VOCABULARY, FolderEndpoint
 from fedtopic_pipelines.flower import secagg
 from fedtopic_pipelines.flower.records import decode_config, encode_config, record_to_instruction, update_to_record
 

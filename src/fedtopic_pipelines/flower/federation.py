@@ -3,7 +3,7 @@
 1. ``query.hello``: every node names its organisation (from its ``node_config``); the
    nodes are put in the job's organisation order, which fixes their seeds exactly as in
    process.
-2. :func:`~fedtopic_pipelines.core.federated.federation.run_federation`, the same entry
+2. :func:`~fedtopic_pipelines.core.federation.run_federation`, the same entry
    point the Kedro train node uses, over a :class:`GridEngine`: the vocabulary stage (each
    node sends only its top-N proposal), the prepare stage, and the rounds with checkpoints.
 
@@ -26,7 +26,7 @@ from flwr.serverapp import Grid
 
 from fedtopic_pipelines.core.config import ConsensusConfig, FlowerConfig, PreprocessConfig, TrainConfig, from_mapping
 from fedtopic_pipelines.core.federated.engine import FederationError
-from fedtopic_pipelines.core.federated.federation import FederationResult, run_federation
+from fedtopic_pipelines.core.federation import FederationResult, run_federation
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.flower.engine import GridEngine, exchange
 from fedtopic_pipelines.flower.records import decode_config

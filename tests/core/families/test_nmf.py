@@ -13,15 +13,15 @@ import torch
 
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.families import get_family
-from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.local import gradient_epochs
 from fedtopic_pipelines.core.federated.messages import Instruction, Update
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint
 from fedtopic_pipelines.core.federated.strategies import FedSGD
+from fedtopic_pipelines.core.federation import run_federation
+from fedtopic_pipelines.core.seeds import derive_seed
+from fedtopic_pipelines.core.site import MemoryEndpoint
 from tests.conftest import poisson_matrices
 
 CPU = torch.device("cpu")
@@ -208,7 +208,7 @@ def test_fedavg_of_one_local_sgd_step_is_fedsgd_with_server_sgd() -> None:
 def test_prodlda_under_fedadam_with_sampling_gives_the_same_model_on_the_flower_grid(tmp_path) -> None:
     """The weights path through the real ClientApp and records (train.weights messages) and in process."""
     from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig
-    from fedtopic_pipelines.core.federated.site import FolderEndpoint
+    from fedtopic_pipelines.core.site import FolderEndpoint
     from fedtopic_pipelines.flower.client_app import app as client_app
     from fedtopic_pipelines.flower.federation import Job, run_flower_federation
     from tests.conftest import make_tiny_raw_tables

@@ -15,9 +15,8 @@ from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.families.pctd import noise_multiplier
 from fedtopic_pipelines.core.families.word2vec import Sentences
 from fedtopic_pipelines.core.federated.engine import FederationError, InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint
+from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.models.pctd import (
     PCTDModel,
     SemanticUnits,
@@ -26,6 +25,7 @@ from fedtopic_pipelines.core.models.pctd import (
     server_step,
 )
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
+from fedtopic_pipelines.core.site import MemoryEndpoint
 from fedtopic_pipelines.core.training import train_scenarios
 from tests.core.federated.test_family_contract import word_sequences
 

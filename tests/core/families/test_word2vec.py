@@ -14,10 +14,10 @@ from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.families.word2vec import PairStream, Sentences, sentences_from_frames
 from fedtopic_pipelines.core.federated.engine import FederationError, InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.messages import Instruction, Update
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint
+from fedtopic_pipelines.core.federation import run_federation
+from fedtopic_pipelines.core.site import MemoryEndpoint
 from tests.core.federated.test_family_contract import CASES, word_sequences
 
 CPU = torch.device("cpu")

@@ -6,7 +6,7 @@ import torch
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.messages import Instruction
-from fedtopic_pipelines.core.federated.site import Prepared, Site
+from fedtopic_pipelines.core.site import Prepared, Site
 from tests.conftest import poisson_matrices
 
 CONFIG = TrainConfig.from_params(

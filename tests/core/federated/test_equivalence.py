@@ -20,11 +20,12 @@ import torch
 
 from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig, TrainConfig
 from fedtopic_pipelines.core.families import get_family
-from fedtopic_pipelines.core.federated.batching import BatchSource, derive_seed
+from fedtopic_pipelines.core.federated.batching import BatchSource
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.seeds import derive_seed
 from tests.conftest import poisson_matrices
 from tests.core.federated.test_family_contract import ConcatenatedStreams
 

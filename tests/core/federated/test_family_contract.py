@@ -31,13 +31,13 @@ from fedtopic_pipelines.core.config import (
     TrainConfig,
 )
 from fedtopic_pipelines.core.families import families, get_family
-from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.federated.site import FolderEndpoint, MemoryEndpoint, read_raw, run_sites
+from fedtopic_pipelines.core.federation import run_federation
+from fedtopic_pipelines.core.seeds import derive_seed
+from fedtopic_pipelines.core.site import FolderEndpoint, MemoryEndpoint, read_raw, run_sites
 from fedtopic_pipelines.core.training import train_scenarios
 from tests.conftest import TINY_EMBEDDING_SIZE, make_tiny_raw_tables, poisson_matrices
 
@@ -301,7 +301,7 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
         }
     if name in CONTEXTUAL_FAMILIES:  # the Kedro path: the embed node's step, then the bag of words' train rows
         from fedtopic_pipelines.core.families.ctm import contextual_split
-        from fedtopic_pipelines.core.federated.site import Site
+        from fedtopic_pipelines.core.site import Site
 
         matrices = {
             org: contextual_split(

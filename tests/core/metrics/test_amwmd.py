@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from fedtopic_pipelines.core.metrics.amwmd import AMWMDError, amwmd, amwmd_matrix, load_word_vectors
+from fedtopic_pipelines.core.metrics.amwmd import AMWMDError, amwmd, amwmd_matrix
+from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 
 
 @pytest.fixture(scope="module")

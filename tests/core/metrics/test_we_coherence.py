@@ -24,7 +24,7 @@ def test_eq4_is_the_mean_pairwise_cosine_and_missing_words_are_counted() -> None
 
 
 def test_related_words_are_more_coherent_than_unrelated_ones_on_glove() -> None:
-    from fedtopic_pipelines.core.metrics.amwmd import load_word_vectors
+    from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 
     glove = load_word_vectors()
     related = we_coherence([["hockey", "baseball", "team", "game", "season"]], glove).mean

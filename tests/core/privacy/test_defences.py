@@ -14,19 +14,13 @@ import torch
 
 from fedtopic_pipelines.core.config import ConfigError, TrainConfig
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint
+from fedtopic_pipelines.core.federated.privacy import Reducer
+from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.parameters import check_privacy, validate_parameters, with_privacy
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
-from fedtopic_pipelines.core.privacy.defences import (
-    DPPlan,
-    Reducer,
-    clip,
-    flat_norm,
-    noise_generator,
-    privatize,
-)
+from fedtopic_pipelines.core.privacy.defences import DPPlan, clip, flat_norm, noise_generator, privatize
+from fedtopic_pipelines.core.site import MemoryEndpoint
 from tests.conftest import poisson_matrices
 
 VOCAB = 30
@@ -171,7 +165,7 @@ def test_a_minus_1000x_organisation_is_logged_and_a_robust_rule_outvotes_it(capl
         return float(np.mean([family.validation_loss(model, d, 0)[0] for d in honest_data]))
 
     honest = run(bad=False)
-    with caplog.at_level(logging.WARNING, logger="fedtopic_pipelines.core.privacy.defences"):
+    with caplog.at_level(logging.WARNING, logger="fedtopic_pipelines.core.federated.privacy"):
         poisoned = run()
     assert any("'c'" in r.getMessage() and "median" in r.getMessage() for r in caplog.records)
     robust = {rule: run({"robust_rule": rule}) for rule in ("median", "trimmed_mean", "krum")}

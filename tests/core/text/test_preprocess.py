@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from fedtopic_pipelines.core.config import ConfigError, EvaluateConfig, PreprocessConfig, TrainConfig, from_mapping
-from fedtopic_pipelines.core.ingest.common import ShardedTable, write_parquet_atomic
+from fedtopic_pipelines.core.shards import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.text.demo import CorpusError
 from fedtopic_pipelines.core.text.preprocess import (
     check_organisations,

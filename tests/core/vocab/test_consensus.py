@@ -128,8 +128,8 @@ def test_the_federation_vocabulary_stage_applies_the_same_floors() -> None:
     """The Flower path (run_federation's vocabulary stage) and the Kedro node share the function."""
     from fedtopic_pipelines.core.config import PreprocessConfig
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
-    from fedtopic_pipelines.core.federated.federation import agree_vocabulary
-    from fedtopic_pipelines.core.federated.site import MemoryEndpoint
+    from fedtopic_pipelines.core.federation import agree_vocabulary
+    from fedtopic_pipelines.core.site import MemoryEndpoint
 
     config = ConsensusConfig(top_n=10, min_count=0, min_organisations=2, min_total_count=5)
     endpoints = [MemoryEndpoint(org, sp.csr_matrix((1, 1)), counts) for org, counts in FLOOR_PROPOSALS.items()]

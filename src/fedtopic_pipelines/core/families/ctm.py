@@ -19,6 +19,7 @@ import torch
 from fedtopic_pipelines.core.config import CombinedTMConfig, TrainConfig, ZeroShotTMConfig
 from fedtopic_pipelines.core.families.prodlda import VALIDATION_CHUNK, ProdLDAFamily
 from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource
+from fedtopic_pipelines.core.lineage import LineageError, digest
 from fedtopic_pipelines.core.models.ctm import ContextualBatch, ContextualProdLDA
 
 
@@ -130,8 +131,6 @@ class DocumentEmbeddings:
 
 def documents_fingerprint(doc_ids: Sequence[str] | np.ndarray) -> str:
     """Fingerprint of an ordered list of document ids (embeddings rows = bag-of-words rows)."""
-    from fedtopic_pipelines.core.lineage import digest
-
     return digest(["documents", [str(d) for d in doc_ids]])
 
 
@@ -140,8 +139,6 @@ def contextual_split(bow, embeddings: DocumentEmbeddings, split: str, where: str
 
     ``where`` names the embeddings artefact in errors: embeddings computed for other
     documents (another run's bag of words) stop here instead of being misaligned."""
-    from fedtopic_pipelines.core.lineage import LineageError
-
     if not embeddings.computed:
         raise LineageError(
             f"{where} holds no sentence embeddings (they are computed only when 'train.model.family' "

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from fedtopic_pipelines.core.config import TrainConfig, Word2VecConfig
-from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD
@@ -38,6 +37,7 @@ from fedtopic_pipelines.core.models.word2vec import (
     skipgram_pairs,
     sparse_step,
 )
+from fedtopic_pipelines.core.seeds import derive_seed
 
 if TYPE_CHECKING:  # pandas is read only by the stage that builds the data (a ClientApp message need not load it)
     import pandas as pd
@@ -402,7 +402,7 @@ def gensim_reference(
     words are cut into pieces rather than truncated. Returns its vectors and what it ran."""
     import time
 
-    import gensim
+    import gensim  # deferred: gensim is a heavy import, needed only by the centralized baseline
     from gensim.models import Word2Vec
 
     words = np.asarray(list(terms), dtype=object)

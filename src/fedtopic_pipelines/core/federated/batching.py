@@ -15,10 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-
-def derive_seed(seed: int, *stream: int) -> int:
-    """An independent 63-bit seed for a named random stream (e.g. one organisation)."""
-    return int(np.random.SeedSequence([seed, *stream]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+from fedtopic_pipelines.core.models.ctm import ContextualBatch
+from fedtopic_pipelines.core.seeds import derive_seed
 
 
 def max_batch_rows(n_rows: int, batch_size: int) -> int:
@@ -95,8 +93,6 @@ def _rows(matrix: sp.csr_matrix, embeddings: np.ndarray | None, rows: np.ndarray
     bow = _sparse(matrix, rows, device)
     if embeddings is None:
         return bow
-    from fedtopic_pipelines.core.models.ctm import ContextualBatch
-
     return ContextualBatch(bow, torch.from_numpy(embeddings[rows]).to(device))
 
 

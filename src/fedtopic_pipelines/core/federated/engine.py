@@ -3,8 +3,8 @@
 An engine does two things: ask every organisation a *query* (a stage before training:
 its vocabulary proposal, its preparation) and *broadcast* a round's instruction. The
 Flower engine (``flower/engine.py``) does the same between processes and machines; both
-reach the same endpoint objects (``core/federated/site.py``), so the federation entry
-point (``core/federated/federation.py``) runs unchanged on either.
+reach the same endpoint objects (``core/site.py``), so the federation entry
+point (``core/federation.py``) runs unchanged on either.
 """
 
 from __future__ import annotations

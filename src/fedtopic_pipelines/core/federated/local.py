@@ -29,9 +29,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from fedtopic_pipelines.core.config import WEIGHT_RULES, ConfigError, TrainConfig
-from fedtopic_pipelines.core.federated.batching import derive_seed
 from fedtopic_pipelines.core.federated.family import LocalStep, ModelFamily
 from fedtopic_pipelines.core.federated.strategies import make_optimizer
+from fedtopic_pipelines.core.seeds import derive_seed
 
 logger = logging.getLogger(__name__)
 

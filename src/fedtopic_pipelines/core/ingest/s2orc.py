@@ -80,14 +80,11 @@ from fedtopic_pipelines.core.ingest.common import (
     SHARD_COLUMNS,
     IngestReport,
     Rules,
-    ShardedTable,
     WorkDirectory,
     check_organisations,
-    ordered_map,
-    resolve_processes,
     split_of,
-    write_parquet_atomic,
 )
+from fedtopic_pipelines.core.shards import ShardedTable, ordered_map, resolve_processes, write_parquet_atomic
 from fedtopic_pipelines.core.text.demo import CorpusError
 
 logger = logging.getLogger(__name__)

@@ -41,15 +41,12 @@ from fedtopic_pipelines.core.ingest.common import (
     SHARD_COLUMNS,
     IngestReport,
     Rules,
-    ShardedTable,
     WorkDirectory,
     check_organisations,
-    ordered_map,
-    resolve_processes,
     split_of,
-    write_parquet_atomic,
 )
 from fedtopic_pipelines.core.ingest.wikitext import filter_wiki
+from fedtopic_pipelines.core.shards import ShardedTable, ordered_map, resolve_processes, write_parquet_atomic
 from fedtopic_pipelines.core.text.demo import CorpusError
 
 logger = logging.getLogger(__name__)
@@ -75,7 +72,7 @@ MIN_UNITS_PER_FILE = 32  # work units per dump file at least (see unit_size), fo
 
 def gensim_fragment() -> Path:
     """The real Wikipedia dump fragment in gensim's wheel (206 pages: 106 articles, 100 redirects)."""
-    from gensim.test.utils import datapath
+    from gensim.test.utils import datapath  # deferred: gensim is a heavy import
 
     return Path(datapath(GENSIM_FRAGMENT))
 

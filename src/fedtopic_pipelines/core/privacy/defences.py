@@ -13,7 +13,8 @@ Where the noise is drawn (``privacy.dp.noise_at``):
   sends (``privatize``); the shares of m organisations sum to the full noise. A curious
   server sees noisy updates, and with secure aggregation only their sum.
 * ``server``: the server clips every update it received and adds the whole noise itself
-  (``Reducer`` with ``dp`` at the server), as Flower's server-side wrapper does. The model
+  (``Reducer`` with ``dp`` at the server, :mod:`fedtopic_pipelines.core.federated.privacy`),
+  as Flower's server-side wrapper does. The model
   it releases is private; the server itself saw every clipped update in the clear.
 
 Sample-level DP (``privacy.dp.level: sample``) is DP-SGD inside each organisation
@@ -23,25 +24,26 @@ the instruction that asks for it.
 Robust rules (median, trimmed mean, Krum: :mod:`fedtopic_pipelines.core.privacy.robust`)
 replace the weighted mean. Every mode measures each update's norm and logs, by name, an
 organisation whose update is ``outlier_factor`` times the round's median norm.
+
+This module holds the mechanisms (clipping, noise, the run's DP plan): they know nothing of
+the engine's messages, so the engine's clients and server both use them. The server's
+reducer and :func:`apply_privacy` are :mod:`fedtopic_pipelines.core.federated.privacy`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import statistics
 import zlib
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fedtopic_pipelines.core.config import PrivacyConfig
-from fedtopic_pipelines.core.federated.aggregation import weighted_mean
-from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update
-from fedtopic_pipelines.core.privacy.robust import outliers, update_norms
+from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy, sigma_for_epsilon
+from fedtopic_pipelines.core.privacy.robust import update_norms
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +139,6 @@ class DPPlan:
 
     def epsilon(self, rounds: int) -> dict[str, float]:
         """(epsilon, delta) after ``rounds`` rounds, by RDP and PLD (dp_accounting, as PC-TD)."""
-        from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
-
         spent = gaussian_privacy(self.sigma, rounds, self.delta, 1.0, self.sampling)
         return {"epsilon_rdp": spent.epsilon_rdp, "epsilon_pld": spent.epsilon_pld}
 
@@ -167,8 +167,6 @@ def plan_dp(
         sampling = per_round / organisations
     sigma = dp.noise_multiplier
     if sigma is None:
-        from fedtopic_pipelines.core.privacy.accountant import sigma_for_epsilon
-
         sigma = sigma_for_epsilon(dp.target_epsilon, rounds, dp.delta, dp.accountant, sampling=sampling)
         logger.info(
             "privacy.dp: noise multiplier %.4f reaches epsilon %.3g at delta %g over %d rounds (sampling %.3g)",
@@ -179,185 +177,3 @@ def plan_dp(
             sampling,
         )
     return DPPlan(sigma, dp.clip, dp.delta, sampling, per_round, rounds, dp.noise_at, dp.accountant, dp.level)
-
-
-class Reducer:
-    """The server's aggregate of a round's accepted updates under ``privacy``.
-
-    ``mean`` (no DP, no robust rule): the weighted mean (gFedNTM eq. 2, FedAvg). With client-level
-    DP: the unweighted mean of the updates (clipped and noised by the organisations), or, noise
-    at the server, of the updates the server clips, plus N(0, (sigma C / m)^2). A robust rule: its
-    aggregate. Sample-level DP changes nothing here: every update is already private (DP-SGD at
-    the organisation), so the weighted mean or a robust rule is post-processing; the epsilon is
-    recorded. ``reference`` is the broadcast weights for a weights rule (the update is the
-    difference), None for gradients.
-    """
-
-    def __init__(self, privacy: PrivacyConfig, plan: DPPlan | None, seed: int, name: str = "federated") -> None:
-        self.privacy = privacy
-        self.plan = plan
-        self.seed = seed
-        self.name = name
-        self.flagged: Counter[str] = Counter()  # outlier updates by organisation
-
-    def _outliers(self, updates: Sequence[Update], reference: Mapping[str, torch.Tensor] | None, round_: int) -> dict:
-        factor = self.privacy.outlier_factor
-        if factor <= 0 or len(updates) < 3:
-            return {}
-        norms = update_norms([_delta(u.tensors, reference) for u in updates])
-        median = statistics.median(norms)
-        flagged = {updates[i].client_id: norms[i] for i in outliers(norms, factor)} if median > 0 else {}
-        for client, norm in flagged.items():
-            self.flagged[client] += 1
-            if self.flagged[client] % 50 != 1:  # the first time, then every 50th: a run of warnings says nothing new
-                continue
-            logger.warning(
-                "%s round %d: update from '%s' has norm %.3g, %.0fx the round's median %.3g "
-                "(privacy.outlier_factor %g; %d time(s) so far)%s",
-                self.name,
-                round_,
-                client,
-                norm,
-                norm / median,
-                median,
-                factor,
-                self.flagged[client],
-                "" if self.privacy.robust else "; it enters the mean (privacy.robust_rule: mean)",
-            )
-        return {"outliers": float(len(flagged))}
-
-    def __call__(
-        self, updates: Sequence[Update], reference: Mapping[str, torch.Tensor] | None, round_: int
-    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        recorded = self._outliers(updates, reference, round_)
-        if self.plan is not None and self.plan.level == "client":
-            return self._dp(updates, reference, round_, recorded)
-        if self.plan is not None:
-            self._spent(round_, recorded)
-        if self.privacy.robust:
-            from fedtopic_pipelines.core.privacy.robust import robust_aggregate
-
-            result = robust_aggregate(
-                [u.tensors for u in updates],
-                [u.num_examples for u in updates],
-                self.privacy.robust_rule,
-                trim_fraction=self.privacy.trim_fraction,
-                byzantine=self.privacy.krum_byzantine,
-                keep=self.privacy.krum_keep,
-            )
-            recorded["robust_kept"] = float(len(result.selected))
-            return result.tensors, recorded
-        return weighted_mean([u.tensors for u in updates], [u.num_examples for u in updates]), recorded
-
-    def _dp(
-        self,
-        updates: Sequence[Update],
-        reference: Mapping[str, torch.Tensor] | None,
-        round_: int,
-        recorded: dict[str, float],
-    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        plan = self.plan
-        deltas = [_delta(u.tensors, reference) for u in updates]
-        m = len(deltas)
-        if plan.noise_at == "server":
-            clipped = []
-            for delta in deltas:
-                kept, norm = clip(delta, plan.clip)
-                clipped.append(kept)
-                recorded["clipped"] = recorded.get("clipped", 0.0) + float(norm > plan.clip)
-            mean = weighted_mean(clipped, [1] * m)
-            generator = noise_generator(self.seed, "server", round_)
-            mean = add_noise(mean, plan.sigma * plan.clip / m, generator)
-        else:  # the organisations clipped and noised: the server only averages, every one the same
-            mean = weighted_mean(deltas, [1] * m)
-        # a secure-aggregation round's one update is already the organisations' mean (flower/secagg.py)
-        if m != plan.per_round and updates[0].client_id != SECURE_AGGREGATE:
-            logger.warning(
-                "%s round %d: %d updates instead of the %d planned; the noise on the mean is %s than accounted",
-                self.name,
-                round_,
-                m,
-                plan.per_round,
-                "larger" if m < plan.per_round else "smaller",
-            )
-        self._spent(round_, recorded)
-        if reference is None:
-            return mean, recorded
-        return {k: reference[k].to(v.device) + v for k, v in mean.items()}, recorded
-
-    def _spent(self, round_: int, recorded: dict[str, float]) -> None:
-        """Epsilon so far at the last round and every 100th (the accountant takes a moment), sigma always."""
-        plan = self.plan
-        if round_ + 1 == plan.rounds or (round_ + 1) % 100 == 0:
-            recorded.update(plan.epsilon(round_ + 1))
-        recorded["sigma"] = plan.sigma
-
-
-def _delta(tensors: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor] | None) -> dict:
-    if reference is None:
-        return dict(tensors)
-    return {k: t - reference[k].to(t.device) for k, t in tensors.items()}
-
-
-def apply_privacy(
-    server: Any, config: Any, organisations: int, name: str = "federated", documents: Mapping[str, int] | None = None
-) -> DPPlan | None:
-    """Put ``config.privacy`` on a federation's server before its first round: the strategy's
-    reducer (DP or a robust rule), and with noise at the clients what every training
-    instruction asks them to do. The plan is fixed by the run's rounds and sampling
-    (``documents``: each organisation's declared training documents, for sample-level DP)."""
-    from fedtopic_pipelines.core.federated.local import participants_per_round
-
-    privacy = config.privacy
-    strategy = server.strategy
-    if not (privacy.dp.on or privacy.robust or privacy.outlier_factor > 0):
-        return None
-    if not hasattr(strategy, "reduce"):
-        if privacy.dp.on or privacy.robust:  # TrainConfig refuses these; a strategy without a mean cannot take them
-            raise ValueError(f"strategy {type(strategy).__name__} does not take 'privacy.dp' or a robust rule")
-        return None
-    per_round = participants_per_round(organisations, config.aggregation.client_fraction)
-    plan = plan_dp(privacy, server.stopping.max_rounds, per_round, organisations, documents, config.batch_size)
-    from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD
-
-    if isinstance(strategy, SparseRowsSGD):  # its rows are reduced by sparse_row_mean, not a mean of tensors
-        if plan is not None or privacy.robust:
-            raise ValueError("word2vec's sparse rows take no 'privacy.dp' or robust rule (docs/privacy.md)")
-        return None
-    strategy.reducer = Reducer(privacy, plan, config.seed, name)
-    if plan is not None and plan.noise_at == "clients":
-        server.context = {**server.context, **plan.instruction(config.seed)}
-        if getattr(strategy, "check", None) is not None:
-            # a family's own test of an update (NMF: W >= 0) cannot hold for noisy weights; the
-            # family's projection still applies to the aggregate
-            strategy.check = None
-    if plan is not None and plan.level == "sample":
-        logger.info(
-            "%s: sample-level DP-SGD, each document's gradient clipped to %g, noise multiplier %.4g, batch %d of "
-            "the smallest organisation's %d documents (sampling %.3g) over %d rounds: epsilon %.4g (RDP) at "
-            "delta %g for one document of any organisation",
-            name,
-            plan.clip,
-            plan.sigma,
-            config.batch_size,
-            min(documents.values()),
-            plan.sampling,
-            plan.rounds,
-            plan.epsilon(plan.rounds)["epsilon_rdp"],
-            plan.delta,
-        )
-    elif plan is not None:
-        logger.info(
-            "%s: client-level DP, clip %g, noise multiplier %.4g, noise at the %s, %d of %d organisations per "
-            "round over %d rounds: epsilon %.4g (RDP) at delta %g",
-            name,
-            plan.clip,
-            plan.sigma,
-            plan.noise_at,
-            per_round,
-            organisations,
-            plan.rounds,
-            plan.epsilon(plan.rounds)["epsilon_rdp"],
-            plan.delta,
-        )
-    return plan

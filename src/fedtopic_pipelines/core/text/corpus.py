@@ -342,7 +342,7 @@ def read_ordered_corpus(source: str, parts: Mapping[str, int]) -> SourceTable:
     gensim's shipped test data (``lee_background.cor``: 300 news articles). Empty lines are
     documents too (counted by the ingestion as empty); the parts must cover the file exactly."""
     if source.startswith(GENSIM_DATA):
-        from gensim.test.utils import datapath
+        from gensim.test.utils import datapath  # deferred: gensim is a heavy import
 
         path = Path(datapath(source.removeprefix(GENSIM_DATA)))
     else:

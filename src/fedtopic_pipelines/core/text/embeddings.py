@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from fedtopic_pipelines.core.compute import compute_threads
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-minilm-l6-v2"
@@ -109,7 +111,7 @@ def load_model(path: Path, max_seq_length: int | None = None, quantize: bool = F
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            from sentence_transformers import SentenceTransformer
+            from sentence_transformers import SentenceTransformer  # deferred: a heavy import
 
         try:
             encoder = SentenceTransformer(str(path), device="cpu")
@@ -141,8 +143,6 @@ def embed_texts(
     for mean pooling over word vectors; [CLS][SEP]'s for a transformer), never an error.
     """
     from tqdm.auto import tqdm
-
-    from fedtopic_pipelines.core.training import compute_threads
 
     path = resolve_model_path(model)
     encoder = load_model(path, max_seq_length, quantize)

@@ -31,7 +31,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import EvaluateConfig, PreprocessConfig, TrainConfig
-from fedtopic_pipelines.core.ingest.common import (
+from fedtopic_pipelines.core.seeds import hold_out_one  # the rule training applies
+from fedtopic_pipelines.core.shards import (
     ShardedTable,
     iter_frames,
     ordered_map,
@@ -114,8 +115,6 @@ def check_organisations(
     for the SVM's split) is a warning in the log and the returned report. Preprocessing may
     still drop documents (empty after cleaning): later checks stay.
     """
-    from fedtopic_pipelines.core.federated.site import hold_out_one  # the rule training applies
-
     problems: list[str] = []
     report: dict[str, dict[str, object]] = {}
     svm_least = svm_minimum_documents(evaluate.svm_test_size)

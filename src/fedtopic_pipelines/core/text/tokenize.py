@@ -34,7 +34,7 @@ def stopword_set(source: str) -> frozenset[str]:
     """Stopwords from scikit-learn and/or gensim (NLTK's list needs a download)."""
     words: set[str] = set()
     if source in ("sklearn", "both"):
-        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # deferred (and gensim below): heavy
 
         words |= set(ENGLISH_STOP_WORDS)
     if source in ("gensim", "both"):

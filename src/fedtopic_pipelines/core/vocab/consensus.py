@@ -13,7 +13,7 @@ vocabulary.
 Against an honest-but-curious server (``privacy.vocab_k``, ``vocab_min_count``,
 ``vocab_keyed``, ``vocab_count_noise``; docs/vocabulary.md) the exchange has up to two
 steps: each organisation *offers* its proposal (counts possibly noised; with k > 1 and
-``vocab_keyed`` as keyed digests, ``core/privacy/vocabulary.py``), the server *selects* the
+``vocab_keyed`` as keyed digests, ``core/vocab/privacy.py``), the server *selects* the
 tokens that pass the privacy rule and the floors, and, keyed, asks the organisations to
 *reveal* only those; it checks every reveal and then publishes the vocabulary. A term passes
 the privacy rule if at least k organisations hold it, or (``vocab_min_count`` m > 0) if its
@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import ConsensusConfig, PrivacyConfig
 from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
-from fedtopic_pipelines.core.privacy.vocabulary import (
+from fedtopic_pipelines.core.vocab.privacy import (
     VocabularyPrivacyError,
     check_reveal,
     noise_seed,
@@ -308,7 +308,7 @@ def exchange_vocabulary(
     noise_secrets: Mapping[str, bytes] | None = None,
 ) -> tuple[Consensus, dict[str, Any]]:
     """The whole exchange in one process (every party is this process): offers, selection,
-    reveals, the vocabulary; returns it with the server's view (``core/privacy/vocabulary.py``
+    reveals, the vocabulary; returns it with the server's view (``core/vocab/privacy.py``
     :func:`server_view`, what attack (d) reads). ``noise_secrets``: each organisation's noise
     secret (default: ``key``)."""
     noise_secrets = noise_secrets or {}

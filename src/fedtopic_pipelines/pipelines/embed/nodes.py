@@ -9,8 +9,8 @@ import pandas as pd
 
 from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, TrainConfig
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings
-from fedtopic_pipelines.core.federated.site import Site
-from fedtopic_pipelines.core.ingest.common import ShardedTable
+from fedtopic_pipelines.core.shards import ShardedTable
+from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 

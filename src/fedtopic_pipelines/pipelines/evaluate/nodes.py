@@ -26,7 +26,6 @@ from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
-from fedtopic_pipelines.core.ingest.common import ShardedTable, as_frame
 from fedtopic_pipelines.core.lineage import (
     LineageError,
     candidates_fingerprint,
@@ -51,6 +50,7 @@ from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.models.ctm import ContextualBatch
+from fedtopic_pipelines.core.shards import ShardedTable, as_frame
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 logger = logging.getLogger(__name__)

@@ -24,11 +24,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from fedtopic_pipelines.core.compute import compute_threads
 from fedtopic_pipelines.core.config import FEDERATED_NMF_METHODS, WEIGHT_RULES, FedNMFRunConfig, from_mapping
 from fedtopic_pipelines.core.fednmf_experiment import Fitted, organisation_scores, rule_of, run_heterogeneity, run_sweep
-from fedtopic_pipelines.core.ingest.common import as_frame
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
-from fedtopic_pipelines.core.metrics.amwmd import load_word_vectors
 from fedtopic_pipelines.core.metrics.classification import pooled_scores
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
@@ -41,7 +40,8 @@ from fedtopic_pipelines.core.metrics.coherence import (
 )
 from fedtopic_pipelines.core.metrics.topics import top_words
 from fedtopic_pipelines.core.parameters import with_privacy
-from fedtopic_pipelines.core.training import compute_threads
+from fedtopic_pipelines.core.shards import as_frame
+from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,6 @@ import pandas as pd
 
 from fedtopic_pipelines.core.config import PCTDRunConfig, from_mapping
 from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate, sentences_from_frames
-from fedtopic_pipelines.core.ingest.common import iter_frames
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.pctd_experiment import (
     Party,
@@ -37,6 +36,7 @@ from fedtopic_pipelines.core.pctd_experiment import (
     train_figure_models,
     train_lda,
 )
+from fedtopic_pipelines.core.shards import iter_frames
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
 

@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from fedtopic_pipelines.core.config import EvaluateConfig, PreprocessConfig, TrainConfig, from_mapping
-from fedtopic_pipelines.core.federated.site import Site
-from fedtopic_pipelines.core.ingest.common import ShardedTable
+from fedtopic_pipelines.core.shards import ShardedTable
+from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.core.text.preprocess import check_organisations
 
 logger = logging.getLogger(__name__)

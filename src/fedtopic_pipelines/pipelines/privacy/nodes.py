@@ -1,12 +1,12 @@
-"""Nodes of ``privacy``: thin glue over :mod:`fedtopic_pipelines.core.privacy.report`."""
+"""Nodes of ``privacy``: thin glue over :mod:`fedtopic_pipelines.core.audit.report`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from fedtopic_pipelines.core.audit.report import mlflow_series, privacy_report
 from fedtopic_pipelines.core.config import PrivacyConfig, from_mapping
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.privacy.report import mlflow_series, privacy_report
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 

@@ -20,8 +20,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from fedtopic_pipelines.core.config import RealDataConfig, TrainConfig, from_mapping
-from fedtopic_pipelines.core.metrics.amwmd import amwmd_matrix, load_word_vectors
+from fedtopic_pipelines.core.metrics.amwmd import amwmd_matrix
 from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.pipelines.evaluate.nodes import model_topics
 from fedtopic_pipelines.pipelines.train.nodes import training_matrices

@@ -3,7 +3,7 @@ the server publishes, each vectorises; an audit node (not a party) scores attack
 
 The exchange and its privacy (``params:privacy``: ``vocab_k``, ``vocab_min_count``,
 ``vocab_keyed``, ``vocab_count_noise``) are core's (``core/vocab/consensus.py``,
-``core/privacy/vocabulary.py``, docs/vocabulary.md); these nodes only carry its messages. In
+``core/vocab/privacy.py``, docs/vocabulary.md); these nodes only carry its messages. In
 one Kedro process every party is this process, so the keyed digests show the protocol and
 let the attack be measured on the server's view; they protect only across processes (Flower).
 """
@@ -16,9 +16,8 @@ from typing import Any
 import pandas as pd
 
 from fedtopic_pipelines.core.config import ConsensusConfig, PrivacyConfig, from_mapping
-from fedtopic_pipelines.core.federated.site import Site
-from fedtopic_pipelines.core.ingest.common import ShardedTable
-from fedtopic_pipelines.core.privacy.vocabulary import rare_term_attack, vocabulary_key
+from fedtopic_pipelines.core.shards import ShardedTable
+from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.core.vocab.consensus import (
     BowCorpus,
     complete_vocabulary,
@@ -27,6 +26,7 @@ from fedtopic_pipelines.core.vocab.consensus import (
     select_vocabulary,
     view_of,
 )
+from fedtopic_pipelines.core.vocab.privacy import rare_term_attack, vocabulary_key
 
 logger = logging.getLogger(__name__)
 

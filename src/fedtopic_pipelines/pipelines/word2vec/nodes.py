@@ -20,9 +20,9 @@ import pandas as pd
 
 from fedtopic_pipelines.core.config import Word2VecRunConfig, from_mapping
 from fedtopic_pipelines.core.families.word2vec import Sentences, gensim_reference, sentences_from_frames
-from fedtopic_pipelines.core.ingest.common import iter_frames
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.shards import iter_frames
 from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
 
 logger = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from fedtopic_pipelines.core.audit.attacks import membership, prodlda_document_losses
 from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, PrivacyConfig
 from fedtopic_pipelines.core.model_store import TrainedModel
 
@@ -45,8 +46,6 @@ def membership_audit(
     """Attack (c) on ``model``: per organisation, its training documents (members) against its
     held-out ones (non-members), balanced to at most ``most`` of each, scored by ROC AUC of the
     document's loss; ``pooled`` scores all organisations' documents together."""
-    from fedtopic_pipelines.core.privacy.attacks import membership, prodlda_document_losses
-
     network = model.to_model("cpu").eval()
     rng = np.random.default_rng(seed)
     per_org, members, non_members = {}, [], []

@@ -13,14 +13,14 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from fedtopic_pipelines.core.audit import attacks
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.families.ctm import ContextualData
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.federation import run_federation
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Replies, Update, UpdateKind
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint
-from fedtopic_pipelines.core.privacy import attacks
+from fedtopic_pipelines.core.federation import run_federation
+from fedtopic_pipelines.core.site import MemoryEndpoint
 from tests.core.federated.test_family_contract import word_sequences
 
 V = 200  # words: a batch of 8 sparse documents holds about a third of them

@@ -8,17 +8,8 @@ import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, PrivacyConfig
 from fedtopic_pipelines.core.federated.engine import FederationError, InProcessEngine
-from fedtopic_pipelines.core.federated.federation import agree_vocabulary
-from fedtopic_pipelines.core.federated.site import MemoryEndpoint
-from fedtopic_pipelines.core.privacy.vocabulary import (
-    KEY_ENV,
-    VocabularyPrivacyError,
-    noise_seed,
-    noisy_counts,
-    rare_term_attack,
-    term_digest,
-    vocabulary_key,
-)
+from fedtopic_pipelines.core.federation import agree_vocabulary
+from fedtopic_pipelines.core.site import MemoryEndpoint
 from fedtopic_pipelines.core.vocab.consensus import (
     EmptyVocabularyError,
     complete_vocabulary,
@@ -26,6 +17,15 @@ from fedtopic_pipelines.core.vocab.consensus import (
     offer_vocabulary,
     reveal_vocabulary,
     select_vocabulary,
+)
+from fedtopic_pipelines.core.vocab.privacy import (
+    KEY_ENV,
+    VocabularyPrivacyError,
+    noise_seed,
+    noisy_counts,
+    rare_term_attack,
+    term_digest,
+    vocabulary_key,
 )
 
 KEY = b"k" * 32

@@ -42,6 +42,8 @@ import numpy as np
 import torch
 
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Replies, Update
+from fedtopic_pipelines.core.models.ctm import ContextualBatch
+from fedtopic_pipelines.core.seeds import derive_seed
 
 # -- the server's view -------------------------------------------------------------------------
 
@@ -135,7 +137,7 @@ class GuessScores:
 
 def score_guess(score: np.ndarray, truth: np.ndarray, threshold: float = 0.0) -> GuessScores:
     """``score[i] > threshold`` is the guess that item i is in the set ``truth`` (booleans)."""
-    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import roc_auc_score  # deferred: scikit-learn is a heavy import
 
     score = np.asarray(score, dtype=np.float64)
     truth = np.asarray(truth, dtype=bool)
@@ -283,7 +285,7 @@ def membership(
     member_losses: np.ndarray, non_member_losses: np.ndarray, threshold: float | None = None
 ) -> MembershipScores:
     """Yeom et al.'s attack on per-document losses (members: documents the model trained on)."""
-    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import roc_auc_score  # deferred: scikit-learn is a heavy import
 
     member_losses = np.asarray(member_losses, dtype=np.float64)
     non_member_losses = np.asarray(non_member_losses, dtype=np.float64)
@@ -314,8 +316,6 @@ def prodlda_document_losses(
     """Each document's negative ELBO under ``model`` (a ProdLDA, CombinedTM or ZeroShotTM in eval
     mode: its validation pass), averaged over ``samples`` draws from ``seed``; ``per_word``
     divides by the document's length. ``data``: a CSR bag of words, or ``ContextualData``."""
-    from fedtopic_pipelines.core.models.ctm import ContextualBatch
-
     bow_all = getattr(data, "bow", data).tocsr().astype(np.float32)
     embeddings = getattr(data, "embeddings", None)
     device = next(model.parameters()).device
@@ -360,8 +360,6 @@ def replay_batch_words(
 ) -> list[np.ndarray]:
     """The words (count > 0) of an organisation's mini-batch in each of the first ``rounds``
     FedSGD rounds, from its stream rebuilt as its site builds it (seed stream ``index``)."""
-    from fedtopic_pipelines.core.federated.batching import derive_seed
-
     stream = family.stream(data, config, derive_seed(config.seed, index), torch.device("cpu"))
     words = []
     for _ in range(rounds):
@@ -390,8 +388,6 @@ class PairRows:
 
 def replay_pair_rows(family: Any, data: Any, config: Any, index: int, rounds: int) -> list[PairRows]:
     """An organisation's Word2Vec batches of the first ``rounds`` rounds, replayed from its seed."""
-    from fedtopic_pipelines.core.federated.batching import derive_seed
-
     stream = family.stream(data, config, derive_seed(config.seed, index), torch.device("cpu"))
     out = []
     for _ in range(rounds):

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
 from fedtopic_pipelines.core import lineage
+from fedtopic_pipelines.core.compute import resolve_device
 from fedtopic_pipelines.core.config import (
     CONTEXTUAL_FAMILIES,
     ConsensusConfig,
@@ -45,14 +45,18 @@ from fedtopic_pipelines.core.config import (
     from_mapping,
 )
 from fedtopic_pipelines.core.families import get_family
-from fedtopic_pipelines.core.federated.batching import derive_seed
+from fedtopic_pipelines.core.families.ctm import ContextualData, DocumentEmbeddings, documents_fingerprint
+from fedtopic_pipelines.core.families.word2vec import sentences_from_frames
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.family import ModelFamily
 from fedtopic_pipelines.core.federated.local import LocalEpochs, LocalStates, runs_local_rounds
 from fedtopic_pipelines.core.federated.messages import Instruction, Update
+from fedtopic_pipelines.core.seeds import derive_seed, hold_out_one
+from fedtopic_pipelines.core.vocab.privacy import vocabulary_key
 
-# Text processing (pandas, pyarrow, nltk: seconds of imports) is imported only by the stages
-# that need it, not by training messages: a Flower ClientApp may be a fresh process per message.
+# Text processing and shards (pandas, pyarrow, nltk: seconds of imports) are imported only by the
+# stages that need them, not by training messages: a Flower ClientApp may be a fresh process per
+# message. Those function-local imports defer these dependencies; none of them closes a cycle.
 
 logger = logging.getLogger(__name__)
 
@@ -62,36 +66,6 @@ HELLO, VOCABULARY, PREPARE = "hello", "vocabulary", "prepare"
 OFFER, REVEAL = "offer", "reveal"
 VOCABULARY_PRIVACY = ("vocab_k", "vocab_min_count", "vocab_keyed", "vocab_count_noise")  # what a node reads
 POOLED_STREAM = 1000  # the centralized trainer's seed stream (organisations use their index)
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` means CUDA when available, CPU otherwise."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("parameter 'train.device' is 'cuda' but no CUDA device is available")
-    return torch.device(name)
-
-
-def hold_out_one(
-    name: str, data: Any, fraction: float, seed: int, index: int, family: ModelFamily | None = None
-) -> tuple[Any, Any]:
-    """The organisation at ``index`` keeps ``fraction`` of its documents aside (seeded) for
-    validation; returns (training, held-out). At least 2 are held out (BatchNorm statistics
-    need 2 documents), and at least 2 must be left to train on. ``family`` says how to count
-    and select documents of its data; without it, ``data`` is a matrix of one row per document."""
-    rows = family.rows(data) if family else int(data.shape[0])
-    order = np.random.default_rng(derive_seed(seed, 3000, index)).permutation(rows)
-    n_held = max(2, round(rows * fraction))
-    if rows - n_held < 2:
-        raise ValueError(
-            f"organisation '{name}' has {rows} training documents: too few to hold out "
-            f"'train.validation_fraction' = {fraction} and keep 2 for training"
-        )
-    fit, held = np.sort(order[n_held:]), np.sort(order[:n_held])
-    if family is None:
-        return data[fit], data[held]
-    return family.select(data, fit), family.select(data, held)
 
 
 @dataclass(frozen=True)
@@ -152,7 +126,6 @@ class Site:
         """Sentence embeddings of the documents ``doc_ids`` (their raw text, in that order),
         from its own cache or computed here (``core/text/embeddings.py``): a
         ``DocumentEmbeddings``. They never leave the organisation; only gradients do."""
-        from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, documents_fingerprint
         from fedtopic_pipelines.core.text.embeddings import EmbeddingCache, encoder_fingerprint, resolve_model_path
 
         texts = texts_of(raw, doc_ids, self.name)
@@ -170,7 +143,7 @@ class Site:
     def vectorise(self, tokens, terms: Sequence[str], proposal: Mapping[str, int] | None = None):
         """Its documents as a bag of words over the common vocabulary, and a report (with its own
         ``proposal``, also the tokens of its proposed terms the consensus left out)."""
-        from fedtopic_pipelines.core.ingest.common import iter_frames
+        from fedtopic_pipelines.core.shards import iter_frames
         from fedtopic_pipelines.core.vocab.consensus import vectorize_frames
 
         return vectorize_frames(iter_frames(tokens), list(terms), None if proposal is None else list(proposal))
@@ -320,8 +293,6 @@ class Endpoint:
 
     def vocabulary_key(self) -> bytes:
         """The organisations' shared key (``FEDTOPIC_VOCAB_KEY``): in this process, a public one if unset."""
-        from fedtopic_pipelines.core.privacy.vocabulary import vocabulary_key
-
         return vocabulary_key(required=False)
 
     def noise_secret(self) -> bytes:
@@ -422,7 +393,7 @@ class PooledEndpoint(Endpoint):
 def texts_of(raw, doc_ids: Sequence[str], organisation: str = "") -> list[str]:
     """The raw text of each of ``doc_ids``, in that order, read shard by shard (only the id and
     text columns). A document id missing from the raw documents is an error naming it."""
-    from fedtopic_pipelines.core.ingest.common import iter_frames
+    from fedtopic_pipelines.core.shards import iter_frames
 
     ids = [str(d) for d in doc_ids]
     wanted = set(ids)
@@ -443,7 +414,7 @@ def texts_of(raw, doc_ids: Sequence[str], organisation: str = "") -> list[str]:
 
 def read_raw(path: Path):
     """An organisation's raw documents (a ``ShardedTable``): a folder of Parquet shards or one Parquet file."""
-    from fedtopic_pipelines.core.ingest.common import ShardedTable
+    from fedtopic_pipelines.core.shards import ShardedTable
     from fedtopic_pipelines.core.text.demo import CorpusError
 
     if path.is_dir():
@@ -483,7 +454,7 @@ class FolderEndpoint(Endpoint):
 
     def preprocessed(self, config: PreprocessConfig):
         """Tokens (a ``ShardedTable``) and training-split term counts, from the cache or computed once."""
-        from fedtopic_pipelines.core.ingest.common import ShardedTable
+        from fedtopic_pipelines.core.shards import ShardedTable
 
         folder = self._tokens_dir(config)
         done = folder / "term_counts.json"
@@ -510,8 +481,6 @@ class FolderEndpoint(Endpoint):
 
     def vocabulary_key(self) -> bytes:
         """The organisations' shared key: a node in its own process must have ``FEDTOPIC_VOCAB_KEY``."""
-        from fedtopic_pipelines.core.privacy.vocabulary import vocabulary_key
-
         return vocabulary_key(required=True)
 
     def noise_secret(self) -> bytes:
@@ -559,8 +528,6 @@ class FolderEndpoint(Endpoint):
         if config.model.family not in CONTEXTUAL_FAMILIES:
             return matrix, report
         # a contextual family: this node embeds its own training documents (cached, never sent)
-        from fedtopic_pipelines.core.families.ctm import ContextualData
-
         with self.cache_lock():
             embedded = self.site.embed(
                 read_raw(self.data_path), saved["train_doc_ids"], config.embeddings, self.cache_dir / "embeddings"
@@ -572,8 +539,7 @@ class FolderEndpoint(Endpoint):
     def word_sequences(self, preprocess: PreprocessConfig, terms: list[str], payload: Mapping[str, Any]):
         """A sequence family's data (Word2Vec, PC-TD): its training documents as ids of ``terms``,
         with the consensus's summed counts the server sent (``frequencies``), and its keyed fingerprint."""
-        from fedtopic_pipelines.core.families.word2vec import sentences_from_frames
-        from fedtopic_pipelines.core.ingest.common import iter_frames
+        from fedtopic_pipelines.core.shards import iter_frames
 
         frequencies = payload.get("frequencies")
         if not isinstance(frequencies, list) or len(frequencies) != len(terms):
@@ -615,8 +581,7 @@ def run_sites(
     organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests);
     with ``train_texts`` also each organisation's preprocessed training texts (token lists, for
     coherence), read before the token shards are discarded."""
-    from fedtopic_pipelines.core.ingest.common import as_frame
-    from fedtopic_pipelines.core.privacy.vocabulary import vocabulary_key
+    from fedtopic_pipelines.core.shards import as_frame
     from fedtopic_pipelines.core.vocab.consensus import exchange_vocabulary, keyed
 
     sites = {org: Site(org) for org in raw}

@@ -26,26 +26,20 @@ from typing import Any
 
 import pandas as pd
 
+from fedtopic_pipelines.core.compute import resolve_device
 from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, PrivacyConfig, TrainConfig
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
 from fedtopic_pipelines.core.federated.engine import Engine, FederationError
 from fedtopic_pipelines.core.federated.local import client_sample, runs_local_rounds, uses_weights
+from fedtopic_pipelines.core.federated.privacy import apply_privacy
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.federated.site import (
-    OFFER,
-    PREPARE,
-    REVEAL,
-    VOCABULARY,
-    VOCABULARY_PRIVACY,
-    resolve_device,
-)
 from fedtopic_pipelines.core.federated.strategies import FedOpt
 from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.privacy.defences import apply_privacy
-from fedtopic_pipelines.core.privacy.vocabulary import VocabularyPrivacyError
+from fedtopic_pipelines.core.site import OFFER, PREPARE, REVEAL, VOCABULARY, VOCABULARY_PRIVACY
 from fedtopic_pipelines.core.vocab.consensus import complete_vocabulary, keyed, select_vocabulary
+from fedtopic_pipelines.core.vocab.privacy import VocabularyPrivacyError
 
 logger = logging.getLogger(__name__)
 
