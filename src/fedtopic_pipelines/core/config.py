@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from fedtopic_pipelines.core.capabilities import WEIGHT_RULES, DataKind, FamilyCapabilities
+
 T = TypeVar("T", bound="ConfigModel")
 
 
@@ -352,10 +354,29 @@ class ConsensusConfig(ConfigModel):
 
 
 # Model families (train.model, discriminated on `family`) ---------------------------------
-class ProdLDAConfig(ConfigModel):
+class FamilyConfig(ConfigModel):
+    """A family's ``train.model`` block: ``family`` names it, ``capabilities`` is what the family
+    declares about itself (``core/capabilities.py``), which the rules below read instead of
+    the family's name."""
+
+    block: ClassVar[str] = "train.model"
+    capabilities: ClassVar[FamilyCapabilities]
+
+    family: str
+
+    def batch_coupled(self) -> bool:
+        """Whether a document's forward pass reads its batch's other documents (BatchNorm): then
+        neither local epochs nor DP can treat a batch's statistics as the accountant would."""
+        return False
+
+
+class ProdLDAConfig(FamilyConfig):
     """ProdLDA hyper-parameters; defaults follow the CTM reference implementation."""
 
     block: ClassVar[str] = "train.model"
+    capabilities: ClassVar[FamilyCapabilities] = FamilyCapabilities(
+        data_kind=DataKind.BAG_OF_WORDS, pipelines=frozenset({"realdata"}), membership_audit=True
+    )
 
     family: Literal["prodlda"] = "prodlda"
     n_topics: Annotated[int, Field(ge=2)] = 20
@@ -374,6 +395,9 @@ class ProdLDAConfig(ConfigModel):
     # they otherwise fill every topic's top words (docs/batchnorm.md, section 6).
     word_bias: bool = False
 
+    def batch_coupled(self) -> bool:
+        return self.normalization == "batch"
+
 
 class CombinedTMConfig(ProdLDAConfig):
     """CombinedTM (Bianchi et al., 2021): ProdLDA whose encoder reads the bag of words
@@ -384,6 +408,11 @@ class CombinedTMConfig(ProdLDAConfig):
     organisation's embeddings must have it (checked per organisation before the first round).
     """
 
+    capabilities: ClassVar[FamilyCapabilities] = FamilyCapabilities(
+        data_kind=DataKind.CONTEXTUAL, pipelines=frozenset({"realdata"})
+    )
+    encoder_reads_bow: ClassVar[bool] = True  # the encoder's input: bag of words and mapped embedding
+
     family: Literal["combinedtm"] = "combinedtm"  # type: ignore[assignment]
     embedding_size: PositiveInt = 384
 
@@ -391,6 +420,11 @@ class CombinedTMConfig(ProdLDAConfig):
 class ZeroShotTMConfig(ProdLDAConfig):
     """ZeroShotTM (Bianchi et al., 2021): the encoder reads the sentence embedding only; the
     decoder still reconstructs the bag of words. Defaults as CTM 2.6.1."""
+
+    capabilities: ClassVar[FamilyCapabilities] = FamilyCapabilities(
+        data_kind=DataKind.CONTEXTUAL, pipelines=frozenset({"realdata"})
+    )
+    encoder_reads_bow: ClassVar[bool] = False  # the encoder reads the embedding alone
 
     family: Literal["zeroshottm"] = "zeroshottm"  # type: ignore[assignment]
     embedding_size: PositiveInt = 384
@@ -409,7 +443,7 @@ class ZeroShotTMConfig(ProdLDAConfig):
         return self
 
 
-class Word2VecConfig(ConfigModel):
+class Word2VecConfig(FamilyConfig):
     """Skip-gram with negative sampling (Mikolov et al. 2013; seed 003 sec. 3.1.2 and 4.1).
 
     Defaults are the thesis's sec. 4.1: 200 dimensions, a window of 8, 64 negatives per
@@ -427,6 +461,26 @@ class Word2VecConfig(ConfigModel):
     """
 
     block: ClassVar[str] = "train.model"
+    capabilities: ClassVar[FamilyCapabilities] = FamilyCapabilities(
+        data_kind=DataKind.SEQUENCES,
+        rules=frozenset({"fedsgd"}),
+        rule_refusal=(
+            "'train.aggregation.rule' is {rule!r}; word2vec sends sparse gradient rows (FedSGD): weights "
+            "of 2 x V x D floats per organisation and round would undo its sparse updates"
+        ),
+        privacy=frozenset(),
+        privacy_refusal=(
+            "'privacy' asks for dp, a robust rule or secure aggregation for word2vec: its updates are sparse "
+            "rows whose indices are themselves the leak (attack b); clipping and noising only the rows sent "
+            "hides nothing, a median of rows most organisations did not send is zero, and SecAgg+ masks a "
+            "dense vector (2 x V x D floats per organisation and round). Not offered; see docs/privacy.md"
+        ),
+        in_default_chain=False,
+        pipelines=frozenset({"word2vec"}),
+        topic_model=False,
+        probabilistic=False,
+        reads_broadcast=True,
+    )
 
     family: Literal["word2vec"] = "word2vec"
     dimension: PositiveInt = 200
@@ -439,7 +493,7 @@ class Word2VecConfig(ConfigModel):
     validation_pairs: PositiveInt = 100_000
 
 
-class NMFConfig(ConfigModel):
+class NMFConfig(FamilyConfig):
     """FedNMF+MI (seed 004): X ~ W H fitted by projected SGD, W (vocabulary x topics) shared, H
     (a topic vector per document) kept by the organisation that holds the document.
 
@@ -455,6 +509,22 @@ class NMFConfig(ConfigModel):
     """
 
     block: ClassVar[str] = "train.model"
+    capabilities: ClassVar[FamilyCapabilities] = FamilyCapabilities(
+        data_kind=DataKind.BAG_OF_WORDS,
+        rules=frozenset(WEIGHT_RULES),
+        default_rule="fedavg",
+        rule_refusal=(
+            "'train.aggregation.rule' is {rule!r}, but NMF trains local epochs and sends weights (seed 004 "
+            "Algorithm 1): choose one of {rules}"
+        ),
+        optimizers=frozenset({"sgd", "adagrad"}),
+        optimizer_refusal=(
+            "'train.optimizer.name' is {name!r}; NMF's local optimiser is projected SGD "
+            "(seed 004 Algorithm 1, 'sgd') or projected Adagrad ('adagrad'; docs/fednmf.md)"
+        ),
+        pipelines=frozenset({"fednmf"}),
+        probabilistic=False,
+    )
 
     family: Literal["nmf"] = "nmf"
     n_topics: Annotated[int, Field(ge=2)] = 50
@@ -463,7 +533,7 @@ class NMFConfig(ConfigModel):
     inference_epochs: PositiveInt = 5
 
 
-class PCTDConfig(ConfigModel):
+class PCTDConfig(FamilyConfig):
     """PC-TD (seed 002): federated EM over semantic units with Gaussian noise on the counts.
 
     Each party cuts its documents (their common-vocabulary tokens in order) into units of
@@ -482,6 +552,23 @@ class PCTDConfig(ConfigModel):
     """
 
     block: ClassVar[str] = "train.model"
+    capabilities: ClassVar[FamilyCapabilities] = FamilyCapabilities(
+        data_kind=DataKind.SEQUENCES,
+        rules=frozenset({"fedsgd"}),
+        rule_refusal=(
+            "'train.aggregation.rule' is {rule!r}, but PC-TD's parties send E-step statistics that the "
+            "server sums (seed 002 Algorithm 1): no averaging rule applies; leave it null"
+        ),
+        privacy=frozenset({"secure_aggregation"}),
+        privacy_refusal=(
+            "'privacy.dp' or 'privacy.robust_rule' set for pctd: PC-TD's parties add their own Gaussian noise "
+            "to the statistics ('train.model.sigma' / 'target_epsilon', accounted per round), and the server "
+            "sums them (a median is not a sum); secure aggregation applies"
+        ),
+        in_default_chain=False,
+        pipelines=frozenset({"pctd"}),
+        probabilistic=False,  # perplexity is the pctd pipeline's document completion, not TopicModel's
+    )
 
     family: Literal["pctd"] = "pctd"
     n_topics: Annotated[int, Field(ge=2)] = 20
@@ -509,16 +596,17 @@ class PCTDConfig(ConfigModel):
         return self
 
 
-CONTEXTUAL_FAMILIES = ("combinedtm", "zeroshottm")  # families whose data carry sentence embeddings
-WORD_FAMILIES = ("word2vec",)  # families that train word vectors on token sequences, not topic models
 DEFAULT_FAMILY = "prodlda"
-FAMILY_TAGS = (
-    "prodlda",
-    *CONTEXTUAL_FAMILIES,
-    *WORD_FAMILIES,
-    "nmf",
-    "pctd",
-)  # one per family config; core/families registers them
+MODEL_CONFIGS: dict[str, type[FamilyConfig]] = {
+    cls.model_fields["family"].default: cls
+    for cls in (ProdLDAConfig, CombinedTMConfig, ZeroShotTMConfig, Word2VecConfig, NMFConfig, PCTDConfig)
+}  # one per family; core/families registers the families
+FAMILY_TAGS = tuple(MODEL_CONFIGS)
+
+
+def trained_by(pipeline: str) -> list[str]:
+    """The families whose config declares that ``pipeline``'s run block trains them."""
+    return [tag for tag, cls in MODEL_CONFIGS.items() if pipeline in cls.capabilities.pipelines]
 
 
 def _family_of(value: Any) -> str | None:
@@ -586,9 +674,6 @@ class AggregationConfig(ConfigModel):
     beta_1: Unit | None = None
     beta_2: Unit = 0.99
     tau: PositiveFloat = 1e-3
-
-
-WEIGHT_RULES = ("fedavg", "fedadagrad", "fedyogi", "fedadam")
 
 
 class FlowerConfig(ConfigModel):
@@ -837,36 +922,18 @@ class TrainConfig(ConfigModel):
             raise ValueError(f"'train.scenarios' repeats a scenario: {list(self.scenarios)}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("'train.checkpoint_every' > 0 needs 'train.checkpoint_dir'")
-        rule, family = self.rule, self.model.family
-        if family == "nmf" and rule == "fedsgd":
-            raise ValueError(
-                "'train.aggregation.rule' is 'fedsgd', but NMF trains local epochs and sends weights (seed 004 "
-                f"Algorithm 1): choose one of {list(WEIGHT_RULES)}"
-            )
-        if family == "nmf" and self.optimizer.name not in ("sgd", "adagrad"):
-            raise ValueError(
-                f"'train.optimizer.name' is {self.optimizer.name!r}; NMF's local optimiser is projected SGD "
-                "(seed 004 Algorithm 1, 'sgd') or projected Adagrad ('adagrad'; docs/fednmf.md)"
-            )
-        if family == "pctd" and rule != "fedsgd":
-            raise ValueError(
-                f"'train.aggregation.rule' is {rule!r}, but PC-TD's parties send E-step statistics that the "
-                "server sums (seed 002 Algorithm 1): no averaging rule applies; leave it null"
-            )
-        if family in WORD_FAMILIES and rule != "fedsgd":
-            raise ValueError(
-                f"'train.aggregation.rule' is {rule!r}; word2vec sends sparse gradient rows (FedSGD): weights "
-                "of 2 x V x D floats per organisation and round would undo its sparse updates"
-            )
-        normalization = getattr(self.model, "normalization", None)
-        if rule in WEIGHT_RULES and normalization == "batch":
+        rule, capabilities = self.rule, self.model.capabilities
+        refusal = capabilities.refuse_rule(rule) or capabilities.refuse_optimizer(self.optimizer.name)
+        if refusal:
+            raise ValueError(refusal)
+        if rule in WEIGHT_RULES and self.model.batch_coupled():
             raise ValueError(
                 f"'train.aggregation.rule' is {rule!r} with 'train.model.normalization: batch': BatchNorm's "
                 "running statistics have no defined average over local epochs here; use 'layer' or 'none'"
             )
         if rule in WEIGHT_RULES and self.optimizer.name == "sparse_adam":
             raise ValueError("'train.optimizer.name' 'sparse_adam' is for sparse rows, not local epochs")
-        self._privacy_fits(family, rule, normalization)
+        self._privacy_fits(rule)
         if rule == "fedsgd" and self.aggregation.local_epochs != 1:
             raise ValueError(
                 f"'train.aggregation.local_epochs' is {self.aggregation.local_epochs}, but FedSGD sends one "
@@ -875,23 +942,22 @@ class TrainConfig(ConfigModel):
             )
         return self
 
-    def _privacy_fits(self, family: str, rule: str, normalization: str | None) -> None:
+    def _privacy_fits(self, rule: str) -> None:
         """Refuse a ``privacy`` setting this family cannot honour, with the reason (docs/privacy.md)."""
         privacy = self.privacy
-        if family in WORD_FAMILIES and (privacy.dp.on or privacy.robust or privacy.secure_aggregation):
-            raise ValueError(
-                "'privacy' asks for dp, a robust rule or secure aggregation for word2vec: its updates are sparse "
-                "rows whose indices are themselves the leak (attack b); clipping and noising only the rows sent "
-                "hides nothing, a median of rows most organisations did not send is zero, and SecAgg+ masks a "
-                "dense vector (2 x V x D floats per organisation and round). Not offered; see docs/privacy.md"
+        asked = {
+            name
+            for name, on in (
+                ("dp", privacy.dp.on),
+                ("robust", privacy.robust),
+                ("secure_aggregation", privacy.secure_aggregation),
             )
-        if family == "pctd" and (privacy.dp.on or privacy.robust):
-            raise ValueError(
-                "'privacy.dp' or 'privacy.robust_rule' set for pctd: PC-TD's parties add their own Gaussian noise "
-                "to the statistics ('train.model.sigma' / 'target_epsilon', accounted per round), and the server "
-                "sums them (a median is not a sum); secure aggregation applies"
-            )
-        if privacy.dp.on and normalization == "batch":
+            if on
+        }
+        refusal = self.model.capabilities.refuse_privacy(asked)
+        if refusal:
+            raise ValueError(refusal)
+        if privacy.dp.on and self.model.batch_coupled():
             raise ValueError(
                 "'privacy.dp' is on with 'train.model.normalization: batch': each organisation would also send its "
                 "batch's BatchNorm means and variances, in the clear and outside what the accountant bounds; use "
@@ -920,7 +986,7 @@ class TrainConfig(ConfigModel):
         """The aggregation rule: ``train.aggregation.rule``, or the family's own when null."""
         if self.aggregation.rule is not None:
             return self.aggregation.rule
-        return "fedavg" if self.model.family == "nmf" else "fedsgd"
+        return self.model.capabilities.default_rule
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> TrainConfig:
@@ -976,10 +1042,10 @@ class Word2VecRunConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _word_family(self) -> Self:
-        if self.train.model.family not in WORD_FAMILIES:
+        if "word2vec" not in self.train.model.capabilities.pipelines:
             raise ValueError(
                 f"'word2vec.train.model.family' is {self.train.model.family!r}; "
-                f"this pipeline trains {list(WORD_FAMILIES)}"
+                f"this pipeline trains {trained_by('word2vec')}"
             )
         return self
 
@@ -1075,8 +1141,11 @@ class FedNMFRunConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.train.model.family != "nmf":
-            raise ValueError(f"'fednmf.train.model.family' is {self.train.model.family!r}; this pipeline trains 'nmf'")
+        if "fednmf" not in self.train.model.capabilities.pipelines:
+            raise ValueError(
+                f"'fednmf.train.model.family' is {self.train.model.family!r}; "
+                f"this pipeline trains {trained_by('fednmf')}"
+            )
         for name, values in (("topics", self.topics), ("methods", self.methods)):
             if len(set(values)) != len(values):
                 raise ValueError(f"'fednmf.{name}' repeats a value: {list(values)}")
@@ -1233,8 +1302,10 @@ class PCTDRunConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _pctd_family(self) -> Self:
-        if self.train.model.family != "pctd":
-            raise ValueError(f"'pctd.train.model.family' is {self.train.model.family!r}; this pipeline trains 'pctd'")
+        if "pctd" not in self.train.model.capabilities.pipelines:
+            raise ValueError(
+                f"'pctd.train.model.family' is {self.train.model.family!r}; this pipeline trains {trained_by('pctd')}"
+            )
         if self.train.max_steps is None:
             raise ValueError("'pctd.train.max_steps' must be set: T, the iterations the accountant composes")
         return self

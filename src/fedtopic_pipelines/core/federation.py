@@ -31,6 +31,7 @@ from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, Pr
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
 from fedtopic_pipelines.core.federated.engine import Engine, FederationError
+from fedtopic_pipelines.core.federated.family import ServerPreparation, WeightsStrategy
 from fedtopic_pipelines.core.federated.local import client_sample, runs_local_rounds, uses_weights
 from fedtopic_pipelines.core.federated.privacy import apply_privacy
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
@@ -56,12 +57,11 @@ class FederationResult:
 def strategy_of(family, model, config: TrainConfig):
     """The server's strategy: the family's own under FedSGD (its ``strategy``), FedAvg / FedOpt on
     its shared weights under a weights rule (with the family's projection and checks, if any); a
-    family whose rounds are its own local computation (``local_rounds``: PC-TD) always its own."""
-    if not uses_weights(config) or getattr(family, "local_rounds", False):
+    family that declares no weights rule (PC-TD: its parties' statistics are summed) always its own."""
+    if not uses_weights(config):
         return family.strategy(model, config)
-    own = getattr(family, "weights_strategy", None)
-    if own is not None:
-        return own(model, config)
+    if isinstance(family, WeightsStrategy):
+        return family.weights_strategy(model, config)
     return FedOpt(
         model, config.aggregation, config.rule, shared=family.shared_names(model), metric_names=family.loss_names
     )
@@ -197,16 +197,8 @@ def run_federation(
             )
     device = resolve_device(config.device)
     model = family.create_model(len(terms), config, device)
-    background = getattr(model, "set_background", None)
-    if background is not None and "frequency" in vocabulary:
-        background(vocabulary["frequency"].to_numpy(dtype="float64"))
-    terms_hook = getattr(model, "set_terms", None)  # PC-TD: eq. 12's similarity matrix over the terms
-    if terms_hook is not None:
-        frequency = vocabulary["frequency"].to_numpy(dtype="float64") if "frequency" in vocabulary else None
-        terms_hook(terms, frequency, config)
-    scale = getattr(model, "set_data_scale", None)  # NMF: W's initial scale from the counts the server knows
-    if scale is not None and "frequency" in vocabulary:
-        scale(float(vocabulary["frequency"].sum()), sum(rows.values()))
+    if isinstance(family, ServerPreparation):  # what the consensus told the server: summed counts, documents
+        family.prepare_server_model(model, vocabulary, rows, config)
     local_rounds = runs_local_rounds(family, config)
     if local_rounds:  # a round is every sampled organisation's local epochs; an update weighs its documents
         per_epoch, capacity = 1, dict(rows)

@@ -34,9 +34,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from fedtopic_pipelines.core import lineage
+from fedtopic_pipelines.core.capabilities import DataKind
 from fedtopic_pipelines.core.compute import resolve_device
 from fedtopic_pipelines.core.config import (
-    CONTEXTUAL_FAMILIES,
     ConsensusConfig,
     EmbeddingsConfig,
     PreprocessConfig,
@@ -48,7 +48,7 @@ from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.families.ctm import ContextualData, DocumentEmbeddings, documents_fingerprint
 from fedtopic_pipelines.core.families.word2vec import sentences_from_frames
 from fedtopic_pipelines.core.federated.client import FamilyClient
-from fedtopic_pipelines.core.federated.family import ModelFamily
+from fedtopic_pipelines.core.federated.family import ClientModel, EpochExamples, LocalState, ModelFamily
 from fedtopic_pipelines.core.federated.local import LocalEpochs, LocalStates, runs_local_rounds
 from fedtopic_pipelines.core.federated.messages import Instruction, Update
 from fedtopic_pipelines.core.seeds import derive_seed, hold_out_one
@@ -173,16 +173,15 @@ class Site:
         ``state_dir`` while the server checkpoints."""
         device = resolve_device(config.device)
         # a family that reads the broadcast weights in place needs no table of its own until then
-        create = getattr(family, "create_client_model", family.create_model)
+        create = family.create_client_model if isinstance(family, ClientModel) else family.create_model
         model = create(vocab_size, config, device)
         seed = derive_seed(config.seed, stream)
         if runs_local_rounds(family, config):
             batches: Any = LocalEpochs(family, prepared.train, config, seed, device, ghosts)
         else:
             batches = family.stream(prepared.train, config, seed, device, ghosts)
-        init_local = getattr(family, "init_local", None)
-        if init_local is not None:
-            init_local(model, prepared.train, config, derive_seed(config.seed, 6000, stream))
+        if isinstance(family, LocalState):
+            family.init_local(model, prepared.train, config, derive_seed(config.seed, 6000, stream))
         states = LocalStates(state_dir) if state_dir is not None and config.checkpoint_every else None
         return FamilyClient(
             self.name,
@@ -233,9 +232,8 @@ def prepare_reply(
         "validation_rows": 0 if prepared.validation is None else family.rows(prepared.validation),
         "data_fingerprint": fingerprint,
     }
-    epoch_examples = getattr(family, "epoch_examples", None)
-    if epoch_examples is not None and config is not None:
-        reply["epoch_examples"] = int(epoch_examples(prepared.train, config))
+    if isinstance(family, EpochExamples) and config is not None:
+        reply["epoch_examples"] = int(family.epoch_examples(prepared.train, config))
     reply.update(report or {})
     return reply
 
@@ -502,7 +500,7 @@ class FolderEndpoint(Endpoint):
     def training_data(self, family: ModelFamily, terms: list[str], payload: Mapping[str, Any]) -> tuple[Any, dict]:
         """The training split over ``terms`` (cached as a scipy .npz: no pickle) and its keyed fingerprint."""
         preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
-        if getattr(get_family(TrainConfig.from_params(payload["train"]).model.family), "sequences", False):
+        if TrainConfig.from_params(payload["train"]).model.capabilities.data_kind == DataKind.SEQUENCES:
             return self.word_sequences(preprocess, terms, payload)
         tokens_dir = self._tokens_dir(preprocess)
         path = self.cache_dir / f"bow-{lineage.digest([tokens_dir.name, terms])}.npz"
@@ -525,7 +523,7 @@ class FolderEndpoint(Endpoint):
         report["data_fingerprint"] = saved["data_fingerprint"]
         matrix = sp.load_npz(path).tocsr()
         config = TrainConfig.from_params(payload["train"])
-        if config.model.family not in CONTEXTUAL_FAMILIES:
+        if config.model.capabilities.data_kind != DataKind.CONTEXTUAL:
             return matrix, report
         # a contextual family: this node embeds its own training documents (cached, never sent)
         with self.cache_lock():

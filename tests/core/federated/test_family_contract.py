@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedtopic_pipelines.core.capabilities import DataKind
 from fedtopic_pipelines.core.config import (
-    CONTEXTUAL_FAMILIES,
     ConsensusConfig,
     PreprocessConfig,
     TrainConfig,
@@ -109,7 +109,7 @@ CASES: dict[str, FamilyCase] = {
             concatenated=ConcatenatedStreams,
             variants=({"normalization": "layer"},) if family == "combinedtm" else (),  # ZeroShotTM: batch only
         )
-        for family in CONTEXTUAL_FAMILIES
+        for family in ("combinedtm", "zeroshottm")
     },
     "word2vec": FamilyCase(
         train={
@@ -183,7 +183,7 @@ def word_sequences(sizes: tuple[int, ...], vocab: int) -> dict[str, Any]:
 def _raw_text_config(name: str, spec: FamilyCase, model: Path, **changes: Any) -> TrainConfig:
     """A family's config for the paths that start from raw text: a contextual family's sites
     embed their documents with the tiny test encoder (``tests/conftest.py``)."""
-    if name in CONTEXTUAL_FAMILIES:
+    if _contextual(name):
         changes["embeddings"] = {"model": str(model)}
     return _config(spec, **changes)
 
@@ -198,6 +198,10 @@ def contextual_data(sizes: tuple[int, ...], vocab: int, dim: int) -> dict[str, A
         org: ContextualData(m, rng.normal(size=(m.shape[0], dim)).astype(np.float32))
         for org, m in zip(("a", "b", "c"), matrices, strict=True)
     }
+
+
+def _contextual(name: str) -> bool:
+    return get_family(name).capabilities.data_kind == DataKind.CONTEXTUAL
 
 
 def test_every_registered_family_has_a_case() -> None:
@@ -289,7 +293,8 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     raw = {org: read_raw(paths[org]) for org in orgs}
     vocabulary, bows, texts = run_sites(raw, preprocess, consensus, train_texts=True)
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
-    if getattr(get_family(name), "sequences", False):  # the Kedro path: the sequences node on the training texts
+    # the Kedro path: the sequences node on the training texts
+    if get_family(name).capabilities.data_kind == DataKind.SEQUENCES:
         import pandas as pd
 
         from fedtopic_pipelines.core.families.word2vec import sentences_from_frames
@@ -299,7 +304,7 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
             org: sentences_from_frames([pd.DataFrame({"tokens": [" ".join(t) for t in docs]})], terms, counts)[0]
             for org, docs in texts.items()
         }
-    if name in CONTEXTUAL_FAMILIES:  # the Kedro path: the embed node's step, then the bag of words' train rows
+    if _contextual(name):  # the Kedro path: the embed node's step, then the bag of words' train rows
         from fedtopic_pipelines.core.families.ctm import contextual_split
         from fedtopic_pipelines.core.site import Site
 
@@ -512,7 +517,7 @@ def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, t
         assert all(isinstance(v, float) for v in update.metrics.values())
         if update.kind is UpdateKind.METRICS:
             assert not update.tensors and not update.statistics and set(update.metrics) <= {"validation_loss"}
-    if name in CONTEXTUAL_FAMILIES:  # the sentence embeddings never travel, in any form a row of them has
+    if _contextual(name):  # the sentence embeddings never travel, in any form a row of them has
         if endpoints == "memory":
             embedded = np.concatenate([d.embeddings for d in data.values()])
         else:

@@ -24,12 +24,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.audit.attacks import membership, prodlda_document_losses
-from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, PrivacyConfig
+from fedtopic_pipelines.core.capabilities import DataKind
+from fedtopic_pipelines.core.config import PrivacyConfig
 from fedtopic_pipelines.core.model_store import TrainedModel
 
 logger = logging.getLogger(__name__)
 
-MEMBERSHIP_FAMILIES = ("prodlda",)  # bag-of-words topic models whose per-document loss the attack reads
 EPSILON_KEYS = ("epsilon_rdp", "epsilon_pld", "sigma")
 
 
@@ -108,11 +108,12 @@ def privacy_report(
     if not privacy.attacks:
         report["attacks"]["membership"] = "off (privacy.attacks: false)"
         return report
-    audited = [n for n, m in models.items() if m.family.name in MEMBERSHIP_FAMILIES]
+    audited = [n for n, m in models.items() if m.config.model.capabilities.membership_audit]
     for name, model in models.items():
         if name not in audited:
             family = model.config.model.family
-            why = "needs each document's embedding" if family in CONTEXTUAL_FAMILIES else "no per-document loss"
+            contextual = model.config.model.capabilities.data_kind == DataKind.CONTEXTUAL
+            why = "needs each document's embedding" if contextual else "no per-document loss"
             report["attacks"]["membership"][name] = {"skipped": f"family {family}: {why}"}
     for name in tqdm(audited, desc="privacy audit", leave=False):
         report["attacks"]["membership"][name] = membership_audit(models[name], splits, most)

@@ -17,8 +17,9 @@ local step per organisation and round does equal one centralized step, which
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
 
+import pandas as pd
 import scipy.sparse as sp
 import torch
 
@@ -50,7 +51,6 @@ class NMFFamily(BagOfWordsData):
     config_type = NMFConfig
     update_kind = UpdateKind.WEIGHTS
     exact_federation = False
-    probabilistic = False  # no per-document word distribution: evaluation reports no perplexity
     loss_names = ("loss", "reconstruction", "mutual_information")
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> NMFModel:
@@ -101,14 +101,13 @@ class NMFFamily(BagOfWordsData):
         shared = {name: params[name].detach().clone() for name in self.shared_names(model)}
         return LocalStep(shared, self.rows(data), losses)
 
-    def stream(self, data: Any, config: TrainConfig, seed: int, device: torch.device, ghosts: int | None = None):
-        raise ValueError("the nmf family trains by local epochs under a weights rule ('train.aggregation.rule')")
-
-    def local_step(self, model: NMFModel, stream: Any) -> LocalStep:
-        raise ValueError("the nmf family trains by local epochs under a weights rule ('train.aggregation.rule')")
-
-    def replay(self, model: NMFModel, stream: Any, steps: int) -> None:
-        raise ValueError("the nmf family trains by local epochs: a round's draws depend on the round, no replay")
+    def prepare_server_model(
+        self, model: NMFModel, vocabulary: pd.DataFrame, rows: Mapping[str, int], config: TrainConfig
+    ) -> None:
+        """W's initial scale from what the server knows: the consensus's summed counts over the
+        documents the organisations declared."""
+        if "frequency" in vocabulary:
+            model.set_data_scale(float(vocabulary["frequency"].sum()), sum(rows.values()))
 
     def validation_loss(self, model: NMFModel, data: sp.spmatrix, seed: int) -> tuple[float, int]:
         """Eq. 3's least-squares term on held-out documents, their H fitted to the broadcast W
@@ -129,12 +128,6 @@ class NMFFamily(BagOfWordsData):
 
     def strategy(self, model: NMFModel, config: TrainConfig) -> FedOpt:
         return self.weights_strategy(model, config)
-
-    def max_update_examples(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
-        return rows
-
-    def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
-        return 1
 
     def validate_data(self, name: str, data: sp.spmatrix, config: TrainConfig | None = None) -> None:
         """An organisation needs two documents (the SMILE estimate scores pairs of a batch)."""

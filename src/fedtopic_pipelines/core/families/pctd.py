@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from fedtopic_pipelines.core.config import PCTDConfig, TrainConfig
@@ -70,8 +72,6 @@ class PCTDFamily(SequenceData):
     # checks it. The contract's check of concatenated batch streams does not apply (no batches).
     exact_federation = False
     loss_names = ("loss",)
-    local_rounds = True  # a round is each party's E-step over all its units
-    probabilistic = True
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> PCTDModel:
         model: PCTDConfig = config.model
@@ -103,14 +103,12 @@ class PCTDFamily(SequenceData):
         losses = {"loss": -step.log_likelihood / words} if sigma == 0 and words > 0 else {}
         return LocalStep({"phi": torch.from_numpy(step.statistics)}, self.rows(data), losses)
 
-    def stream(self, data: Any, config: TrainConfig, seed: int, device: torch.device, ghosts: int | None = None):
-        raise ValueError("the pctd family runs one E-step over all its units per round: it has no batch stream")
-
-    def local_step(self, model: PCTDModel, stream: Any) -> LocalStep:
-        raise ValueError("the pctd family runs one E-step over all its units per round: it has no batch stream")
-
-    def replay(self, model: PCTDModel, stream: Any, steps: int) -> None:
-        raise ValueError("the pctd family's rounds depend on the round only: nothing to replay")
+    def prepare_server_model(
+        self, model: PCTDModel, vocabulary: pd.DataFrame, rows: Mapping[str, int], config: TrainConfig
+    ) -> None:
+        """Eq. 12's similarity matrix over the terms, at the server only."""
+        frequency = vocabulary["frequency"].to_numpy(dtype="float64") if "frequency" in vocabulary else None
+        model.set_terms(vocabulary["term"].tolist(), frequency, config)
 
     def validation_loss(self, model: PCTDModel, data: Sentences, seed: int) -> tuple[float, int]:
         """The log of the held-out documents' completion perplexity (a per-word loss), from the
@@ -142,12 +140,6 @@ class PCTDFamily(SequenceData):
             return recorded
 
         return SummedStatistics(model, combine, shared=self.shared_names(model), metric_names=self.loss_names)
-
-    def max_update_examples(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
-        return rows
-
-    def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
-        return 1
 
     def validate_data(self, name: str, data: Any, config: TrainConfig | None = None) -> None:
         """A party needs a document with a word of the common vocabulary (an empty party is an error)."""

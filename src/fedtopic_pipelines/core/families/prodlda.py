@@ -10,14 +10,16 @@ Federated training equals centralized training on the concatenated mini-batches
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 import torch
 from torch import nn
 
 from fedtopic_pipelines.core.config import ProdLDAConfig, TrainConfig
+from fedtopic_pipelines.core.families.base import Declared
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource, max_batch_rows
 from fedtopic_pipelines.core.federated.family import LocalStep
@@ -29,7 +31,7 @@ from fedtopic_pipelines.core.privacy.dpsgd import private_gradient
 VALIDATION_CHUNK = 1024
 
 
-class BagOfWordsData:
+class BagOfWordsData(Declared):
     """How a family whose data is a bag-of-words matrix (one row a document) counts, selects and
     pools it (ProdLDA, NMF)."""
 
@@ -104,6 +106,13 @@ class ProdLDAFamily(BagOfWordsData):
             for _ in range(steps):
                 for batch, noise in stream.next_batches():
                     model.loss_on_batch(batch, noise)
+
+    def prepare_server_model(
+        self, model: ProdLDA, vocabulary: pd.DataFrame, rows: Mapping[str, int], config: TrainConfig
+    ) -> None:
+        """``word_bias`` starts at the words' log relative frequency (the consensus's summed counts)."""
+        if "frequency" in vocabulary:
+            model.set_background(vocabulary["frequency"].to_numpy(dtype="float64"))
 
     def validation_loss(self, model: ProdLDA, data: sp.csr_matrix, seed: int) -> tuple[float, int]:
         """avitm's validation pass (eval mode, one seeded sample) averaged over the documents."""

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fedtopic_pipelines.core.config import TrainConfig, Word2VecConfig
+from fedtopic_pipelines.core.families.base import Declared
 from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD
@@ -271,10 +272,8 @@ class PairStream:
             gen.set_state(state[f"noise.{g}"])
 
 
-class SequenceData:
+class SequenceData(Declared):
     """The data methods of a family trained on word-id sequences (Word2Vec, PC-TD)."""
-
-    sequences = True  # documents as word-id sequences (Sentences), not bags of words
 
     def rows(self, data: Sentences) -> int:
         return data.shape[0]
@@ -294,7 +293,6 @@ class Word2VecFamily(SequenceData):
     update_kind = UpdateKind.SPARSE_ROWS
     exact_federation = True
     loss_names = ("loss",)
-    reads_broadcast = True  # a client's step only reads U and V: it takes the broadcast tables without a copy
 
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> SkipGram:
         assert isinstance(config.model, Word2VecConfig)

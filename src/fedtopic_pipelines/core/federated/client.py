@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily
+from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily, PrivateSteps
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
 from fedtopic_pipelines.core.privacy.defences import DP_LEVEL_KEY, NOISE_KEYS, noise_generator, privatize
 
@@ -68,7 +68,7 @@ class FamilyClient:
         action = instruction.config.get("action")
         local_round = action in LOCAL_ROUND_KINDS
         sample_dp = instruction.config.get(DP_LEVEL_KEY) == "sample"
-        if sample_dp and (local_round or not hasattr(self.family, "private_step")):
+        if sample_dp and (local_round or not isinstance(self.family, PrivateSteps)):
             raise ValueError(
                 f"client '{self.client_id}': sample-level DP (DP-SGD) is built for one gradient step per round of "
                 f"a family with per-document gradients, not for '{action}' of {self.family.name}"
@@ -124,7 +124,7 @@ class FamilyClient:
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for name in self.shared:
-                if getattr(self.family, "reads_broadcast", False):
+                if self.family.capabilities.reads_broadcast:
                     params[name].data = state[name]
                 else:
                     params[name].copy_(state[name])
@@ -188,7 +188,7 @@ class FamilyClient:
         missing = set(self.model.state_dict()) - local - set(state)
         if missing:
             raise ValueError(f"the evaluation state lacks {sorted(missing)}")
-        if getattr(self.family, "reads_broadcast", False):
+        if self.family.capabilities.reads_broadcast:
             self.load_shared(state)
         else:
             self.model.load_state_dict(state, strict=False)

@@ -12,13 +12,15 @@ validated, which strategy aggregates it, and what evaluation reads from a traine
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+import pandas as pd
 import torch
 from torch import nn
 
+from fedtopic_pipelines.core.capabilities import FamilyCapabilities
 from fedtopic_pipelines.core.config import ConfigModel, TrainConfig
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.strategies import Strategy
@@ -63,7 +65,11 @@ class TopicModel(Protocol):
 
 
 class ModelFamily(Protocol):
-    """A federated model family (see the module docstring)."""
+    """A federated model family (see the module docstring). What it can do beyond this contract
+    it declares: its :class:`~fedtopic_pipelines.core.capabilities.FamilyCapabilities`
+    (``capabilities``, its config model's), and the optional protocols below that it
+    implements (:class:`Streaming`, :class:`LocalRounds`, ...), which the engine checks with
+    ``isinstance`` instead of probing for attributes."""
 
     name: str
     config_type: type[ConfigModel]
@@ -75,27 +81,17 @@ class ModelFamily(Protocol):
     # no other metric names.
     loss_names: tuple[str, ...]
 
+    @property
+    def capabilities(self) -> FamilyCapabilities:
+        """What the family declares about itself (its config model's ``capabilities``)."""
+        ...
+
     def create_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> nn.Module:
         """The model with its initial weights, drawn from ``config.seed`` (the same everywhere)."""
         ...
 
     def shared_names(self, model: nn.Module) -> list[str]:
         """Parameters that travel; the others stay with the organisation."""
-        ...
-
-    def stream(
-        self, data: Any, config: TrainConfig, seed: int, device: torch.device, ghosts: int | None = None
-    ) -> BatchStream:
-        """An organisation's batch stream over its ``data``; with ``ghosts``, the centralized
-        trainer's stream over the pooled data, that many ghost batches per step."""
-        ...
-
-    def local_step(self, model: nn.Module, stream: BatchStream) -> LocalStep:
-        """One local computation at the model's current shared parameters."""
-        ...
-
-    def replay(self, model: nn.Module, stream: BatchStream, steps: int) -> None:
-        """Advance ``stream`` (and every random draw a step makes) by ``steps`` without sending."""
         ...
 
     def validation_loss(self, model: nn.Module, data: Any, seed: int) -> tuple[float, int]:
@@ -105,14 +101,6 @@ class ModelFamily(Protocol):
 
     def strategy(self, model: nn.Module, config: TrainConfig) -> Strategy:
         """The server strategy that owns the global ``model``."""
-        ...
-
-    def max_update_examples(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
-        """The most examples one update may claim from a client with ``rows`` documents."""
-        ...
-
-    def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
-        """Rounds in one pass over ``rows`` documents (stopping rules in epochs)."""
         ...
 
     def rows(self, data: Any) -> int:
@@ -131,3 +119,92 @@ class ModelFamily(Protocol):
         """Raise naming the organisation if ``data`` cannot be trained on (too few documents,
         or, given ``config``, data the configured model cannot read)."""
         ...
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """A family trained one mini-batch per round (FedSGD): its organisations draw seeded,
+    resumable batch streams (ProdLDA, CombinedTM, ZeroShotTM, Word2Vec). Under a weights rule
+    its local epochs are these steps repeated. A family without it computes every round itself
+    (:class:`LocalRounds`)."""
+
+    def stream(
+        self, data: Any, config: TrainConfig, seed: int, device: torch.device, ghosts: int | None = None
+    ) -> BatchStream:
+        """An organisation's batch stream over its ``data``; with ``ghosts``, the centralized
+        trainer's stream over the pooled data, that many ghost batches per step."""
+        ...
+
+    def local_step(self, model: nn.Module, stream: BatchStream) -> LocalStep:
+        """One local computation at the model's current shared parameters."""
+        ...
+
+    def replay(self, model: nn.Module, stream: BatchStream, steps: int) -> None:
+        """Advance ``stream`` (and every random draw a step makes) by ``steps`` without sending."""
+        ...
+
+    def max_update_examples(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
+        """The most examples one update may claim from a client with ``rows`` documents."""
+        ...
+
+    def steps_per_epoch(self, rows: int, config: TrainConfig, ghosts: int | None = None) -> int:
+        """Rounds in one pass over ``rows`` documents (stopping rules in epochs)."""
+        ...
+
+
+@runtime_checkable
+class LocalRounds(Protocol):
+    """A family whose round is its own local computation over all an organisation's documents
+    (NMF's local epochs on W and H, PC-TD's E-step), seeded by the round."""
+
+    def local_update(self, model: nn.Module, data: Any, config: TrainConfig, seed: int) -> LocalStep: ...
+
+
+@runtime_checkable
+class LocalState(Protocol):
+    """A family with parameters that never leave an organisation (NMF's H, PC-TD's p(z|d)):
+    drawn here, sized to its documents."""
+
+    def init_local(self, model: nn.Module, data: Any, config: TrainConfig, seed: int) -> None: ...
+
+
+@runtime_checkable
+class WeightsStrategy(Protocol):
+    """A family whose weights rule needs its own projection or checks (NMF: W >= 0)."""
+
+    def weights_strategy(self, model: nn.Module, config: TrainConfig) -> Strategy: ...
+
+
+@runtime_checkable
+class PrivateSteps(Protocol):
+    """A family with per-document gradients: sample-level DP-SGD (clip each, noise the sum)."""
+
+    def private_step(
+        self, model: nn.Module, stream: BatchStream, bound: float, std: float, generator: torch.Generator
+    ) -> LocalStep: ...
+
+
+@runtime_checkable
+class ClientModel(Protocol):
+    """A family whose client needs no tables of its own until the broadcast (Word2Vec)."""
+
+    def create_client_model(self, vocab_size: int, config: TrainConfig, device: torch.device) -> nn.Module: ...
+
+
+@runtime_checkable
+class EpochExamples(Protocol):
+    """A family whose epoch is counted in examples other than documents (Word2Vec's pairs):
+    each organisation declares them when it prepares."""
+
+    def epoch_examples(self, data: Any, config: TrainConfig) -> int: ...
+
+
+@runtime_checkable
+class ServerPreparation(Protocol):
+    """A family whose server model reads what the consensus told the server: the vocabulary's
+    summed counts and the organisations' declared document counts (ProdLDA's background
+    log-frequency, PC-TD's similarity matrix over the terms, NMF's initial scale)."""
+
+    def prepare_server_model(
+        self, model: nn.Module, vocabulary: pd.DataFrame, rows: Mapping[str, int], config: TrainConfig
+    ) -> None: ...

@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from fedtopic_pipelines.core.config import WEIGHT_RULES, ConfigError, TrainConfig
-from fedtopic_pipelines.core.federated.family import LocalStep, ModelFamily
+from fedtopic_pipelines.core.federated.family import LocalRounds, LocalStep, ModelFamily, Streaming
 from fedtopic_pipelines.core.federated.strategies import make_optimizer
 from fedtopic_pipelines.core.seeds import derive_seed
 
@@ -47,8 +47,8 @@ def uses_weights(config: TrainConfig) -> bool:
 def runs_local_rounds(family: ModelFamily, config: TrainConfig) -> bool:
     """Whether a round is each organisation's local computation over all its documents
     (:class:`LocalEpochs`, a round's draws seeded by the round): under a weights rule, and
-    for a family whose every round is one (``local_rounds``: PC-TD's E-step over its units)."""
-    return uses_weights(config) or bool(getattr(family, "local_rounds", False))
+    for a family that has no batch stream (not :class:`Streaming`: PC-TD's E-step over its units)."""
+    return uses_weights(config) or not isinstance(family, Streaming)
 
 
 def participants_per_round(organisations: int, fraction: float) -> int:
@@ -118,9 +118,8 @@ class LocalEpochs:
         """``local_epochs`` epochs from the model's current (broadcast) weights; the shared
         weights after them, weighted by the organisation's documents, with the mean loss terms."""
         seed = derive_seed(self.seed, ROUND_STREAM, round_)
-        own = getattr(self.family, "local_update", None)
-        if own is not None:
-            return own(model, self.data, self.config, seed)
+        if isinstance(self.family, LocalRounds):
+            return self.family.local_update(model, self.data, self.config, seed)
         return gradient_epochs(self.family, model, self.data, self.config, seed, self.device, self.ghosts)
 
 

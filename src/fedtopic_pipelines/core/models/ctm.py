@@ -52,13 +52,13 @@ class ContextualProdLDA(ProdLDA):
 
     def __init__(self, vocab_size: int, config: CombinedTMConfig | ZeroShotTMConfig) -> None:
         super().__init__(vocab_size, config)
-        self.combined = config.family == "combinedtm"
+        self.combined = config.encoder_reads_bow
         if self.combined:
             self.adapt_bert = nn.Linear(config.embedding_size, vocab_size)
 
     def _encoder_input_size(self, vocab_size: int, config: ProdLDAConfig) -> int:
         size = config.embedding_size  # type: ignore[attr-defined]
-        return 2 * vocab_size if config.family == "combinedtm" else size
+        return 2 * vocab_size if config.encoder_reads_bow else size  # type: ignore[attr-defined]
 
     def _encoder_input(self, batch: ContextualBatch) -> torch.Tensor:  # type: ignore[override]
         batch = _as_batch(batch)

@@ -24,7 +24,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.capabilities import DataKind
+from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.lineage import (
     LineageError,
@@ -163,14 +164,15 @@ def evaluate_organisation(
     if len(test) == 0:
         logger.warning("organisation %s has no held-out documents: perplexity and F1 left out", org)
     dense = torch.from_numpy(test.matrix.toarray()) if len(test) else None
-    contextual = any(m.config.model.family in CONTEXTUAL_FAMILIES for m in models.values())
+    contextual = any(m.config.model.capabilities.data_kind == DataKind.CONTEXTUAL for m in models.values())
     test_embeddings = None
     if contextual:  # the held-out documents' embeddings, row for row
         test_embeddings = contextual_split(bow, embeddings, "test", f"clients.{org}.embeddings").embeddings
     for name, trained in tqdm(models.items(), desc=f"perplexity and F1 {org}", leave=False):
         model = trained.to_model()
-        extra = test_embeddings if trained.config.model.family in CONTEXTUAL_FAMILIES else None
-        probabilistic = getattr(trained.family, "probabilistic", True)  # NMF has no word distribution
+        capabilities = trained.config.model.capabilities
+        extra = test_embeddings if capabilities.data_kind == DataKind.CONTEXTUAL else None
+        probabilistic = capabilities.probabilistic  # NMF has no word distribution
         scores[name]["perplexity"] = (
             completion_perplexity(model, test.matrix, config.seed, embeddings=extra)
             if len(test) and probabilistic

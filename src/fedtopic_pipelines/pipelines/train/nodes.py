@@ -7,7 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from fedtopic_pipelines.core.config import CONTEXTUAL_FAMILIES, WORD_FAMILIES, ConfigError, TrainConfig
+from fedtopic_pipelines.core.capabilities import DataKind
+from fedtopic_pipelines.core.config import ConfigError, TrainConfig
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
@@ -40,10 +41,12 @@ def train_models(
     ``privacy`` (the top-level block) applies to the federated scenario (docs/privacy.md).
     """
     config = with_privacy(TrainConfig.from_params(params), privacy)
-    if config.model.family in WORD_FAMILIES:
+    capabilities = config.model.capabilities
+    if not capabilities.in_default_chain:
+        pipeline = sorted(capabilities.pipelines)[0]
         raise ConfigError(
-            f"parameter 'train.model.family' is {config.model.family!r}, a word-vector family: it trains with "
-            "`kedro run --pipeline=word2vec` from the 'word2vec.train' block (docs/word2vec.md)"
+            f"parameter 'train.model.family' is {config.model.family!r}, which the default chain does not train: "
+            f"it trains with `kedro run --pipeline={pipeline}` from the '{pipeline}.train' block (docs/{pipeline}.md)"
         )
     matrices = training_matrices(config, organisations, common_vocabulary, inputs)
     models, runs = run_scenarios(
@@ -98,7 +101,7 @@ def training_matrices(
         "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
         built_from="vectorised with",
     )
-    if config.model.family in CONTEXTUAL_FAMILIES:  # bag of words and embeddings, row for row
+    if config.model.capabilities.data_kind == DataKind.CONTEXTUAL:  # bag of words and embeddings, row for row
         return {
             org: contextual_split(bows[org], embeddings[org], "train", f"clients.{org}.embeddings")
             for org in organisations
