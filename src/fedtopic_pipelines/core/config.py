@@ -20,13 +20,13 @@ from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Discriminator,
     Field,
     PlainValidator,
-    Tag,
+    SerializeAsAny,
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from fedtopic_pipelines.core.capabilities import WEIGHT_RULES, DataKind, FamilyCapabilities
 
@@ -77,15 +77,11 @@ class ConfigModel(BaseModel):
 
 def _path(where: str, loc: tuple[Any, ...]) -> str:
     parts = [where] if where else []
-    previous = None
     for item in loc:
         if isinstance(item, int):
             parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-        elif previous == "model" and item in FAMILY_TAGS:
-            pass  # the discriminated union's tag, not a parameter
         else:
             parts.append(str(item))
-        previous = item
     return ".".join(parts)
 
 
@@ -100,7 +96,7 @@ def config_error(exc: ValidationError, where: str) -> ConfigError:
             lines.append(f"unknown parameter '{path}'")
         elif kind == "union_tag_invalid":  # the family of train.model
             tag = error.get("ctx", {}).get("tag")
-            lines.append(f"parameter '{path}.family' is {tag!r}; expected one of {list(FAMILY_TAGS)}")
+            lines.append(f"parameter '{path}.family' is {tag!r}; expected one of {list(MODEL_CONFIGS)}")
         elif kind == "missing":
             lines.append(f"parameter '{path}' is missing")
         elif error["loc"] and kind not in ("model_type",):
@@ -567,7 +563,7 @@ class PCTDConfig(FamilyConfig):
         ),
         in_default_chain=False,
         pipelines=frozenset({"pctd"}),
-        probabilistic=False,  # perplexity is the pctd pipeline's document completion, not TopicModel's
+        probabilistic=False,  # perplexity is the pctd pipeline's document completion, not WordDistribution
     )
 
     family: Literal["pctd"] = "pctd"
@@ -597,11 +593,31 @@ class PCTDConfig(FamilyConfig):
 
 
 DEFAULT_FAMILY = "prodlda"
-MODEL_CONFIGS: dict[str, type[FamilyConfig]] = {
-    cls.model_fields["family"].default: cls
-    for cls in (ProdLDAConfig, CombinedTMConfig, ZeroShotTMConfig, Word2VecConfig, NMFConfig, PCTDConfig)
-}  # one per family; core/families registers the families
-FAMILY_TAGS = tuple(MODEL_CONFIGS)
+# train.model's config model per family: the built-in ones here; core/families registers each
+# family against its own, and a family defined elsewhere (a plugin, a test) registers both.
+MODEL_CONFIGS: dict[str, type[FamilyConfig]] = {}
+
+
+def register_model_config(cls: type[FamilyConfig]) -> type[FamilyConfig]:
+    """Make ``cls`` the config model of ``train.model.family: <its family>``."""
+    tag = cls.model_fields["family"].default
+    if not isinstance(tag, str) or not tag:
+        raise ValueError(f"{cls.__name__}: a family config model names its family by the default of 'family'")
+    if MODEL_CONFIGS.get(tag, cls) is not cls:
+        raise ValueError(f"family '{tag}' already has the config model {MODEL_CONFIGS[tag].__name__}")
+    if not isinstance(getattr(cls, "capabilities", None), FamilyCapabilities):
+        raise ValueError(f"{cls.__name__}: a family config model declares its capabilities")
+    MODEL_CONFIGS[tag] = cls
+    return cls
+
+
+def unregister_model_config(tag: str) -> None:
+    """Forget family ``tag``'s config model (a family registered for a while: tests)."""
+    MODEL_CONFIGS.pop(tag, None)
+
+
+for _cls in (ProdLDAConfig, CombinedTMConfig, ZeroShotTMConfig, Word2VecConfig, NMFConfig, PCTDConfig):
+    register_model_config(_cls)
 
 
 def trained_by(pipeline: str) -> list[str]:
@@ -609,21 +625,21 @@ def trained_by(pipeline: str) -> list[str]:
     return [tag for tag, cls in MODEL_CONFIGS.items() if pipeline in cls.capabilities.pipelines]
 
 
-def _family_of(value: Any) -> str | None:
-    if isinstance(value, Mapping):
-        return value.get("family", DEFAULT_FAMILY)
-    return getattr(value, "family", None)
+def _model_config(value: Any) -> FamilyConfig:
+    """``train.model``: the config model of the block's ``family`` (default ProdLDA's), looked up
+    when the block is validated, so a family registered later is known."""
+    if isinstance(value, FamilyConfig):
+        value = value.model_dump()
+    if not isinstance(value, Mapping):
+        raise PydanticCustomError("model_type", "Input should be a mapping of parameters")
+    tag = value.get("family", DEFAULT_FAMILY)
+    cls = MODEL_CONFIGS.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise PydanticCustomError("union_tag_invalid", "unknown family {tag}", {"tag": tag})
+    return cls.model_validate(dict(value))
 
 
-ModelConfig = Annotated[
-    Annotated[ProdLDAConfig, Tag("prodlda")]
-    | Annotated[CombinedTMConfig, Tag("combinedtm")]
-    | Annotated[ZeroShotTMConfig, Tag("zeroshottm")]
-    | Annotated[Word2VecConfig, Tag("word2vec")]
-    | Annotated[NMFConfig, Tag("nmf")]
-    | Annotated[PCTDConfig, Tag("pctd")],
-    Discriminator(_family_of),
-]
+ModelConfig = SerializeAsAny[Annotated[FamilyConfig, PlainValidator(_model_config)]]
 
 
 # Training -----------------------------------------------------------------------------

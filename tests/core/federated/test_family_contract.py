@@ -33,6 +33,7 @@ from fedtopic_pipelines.core.config import (
 from fedtopic_pipelines.core.families import families, get_family
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.family import LocalRounds, PrivateSteps, Streaming
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.federation import run_federation
@@ -219,6 +220,25 @@ def _config(case: FamilyCase, **changes: Any) -> TrainConfig:
 
 def _states_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# 0 ------------------------------------------------------------------------------------
+def test_the_family_declares_what_it_does(case) -> None:
+    """Its capabilities are its config model's, and agree with what it implements: a round is a
+    batch step or its own local computation; a model that claims a word distribution has one;
+    sample-level DP needs per-document gradients; a weights update never trains under FedSGD."""
+    name, spec = case
+    family = get_family(name)
+    caps = family.capabilities
+    assert caps is family.config_type.capabilities is _config(spec).model.capabilities
+    assert isinstance(family, Streaming | LocalRounds)
+    model = family.create_model(spec.vocab_size, _config(spec), CPU)
+    assert caps.probabilistic == callable(getattr(model, "word_distribution", None))
+    if isinstance(family, PrivateSteps):
+        assert "dp" in caps.privacy
+    if family.update_kind is UpdateKind.WEIGHTS:
+        assert "fedsgd" not in caps.rules
+    assert _config(spec).rule in caps.rules
 
 
 # 1 ------------------------------------------------------------------------------------

@@ -2,33 +2,57 @@
 
 Training, checkpoints, the Kedro nodes, the Flower ServerApp and ClientApp, evaluation and
 the contract tests all build a family's model, client and strategy through
-:func:`get_family`, never by naming a model class. Each family's config class lives in
-``core/config.py`` (the ``train.model`` discriminated union).
+:func:`get_family`, never by naming a model class. Registering a family registers its config
+model as ``train.model``'s for its name; a family defined outside this package (a plugin, a
+test) is added with :func:`register` and nothing else.
 """
 
 from __future__ import annotations
 
-from fedtopic_pipelines.core.config import FAMILY_TAGS, CombinedTMConfig, ConfigError, ZeroShotTMConfig
+from fedtopic_pipelines.core.config import (
+    CombinedTMConfig,
+    ConfigError,
+    ZeroShotTMConfig,
+    register_model_config,
+    unregister_model_config,
+)
 from fedtopic_pipelines.core.families.ctm import ContextualFamily
 from fedtopic_pipelines.core.families.nmf import NMFFamily
 from fedtopic_pipelines.core.families.pctd import PCTDFamily
 from fedtopic_pipelines.core.families.prodlda import ProdLDAFamily
 from fedtopic_pipelines.core.families.word2vec import Word2VecFamily
-from fedtopic_pipelines.core.federated.family import ModelFamily
+from fedtopic_pipelines.core.federated.family import LocalRounds, ModelFamily, Streaming
+from fedtopic_pipelines.core.federated.messages import UpdateKind
 
 _REGISTRY: dict[str, ModelFamily] = {}
 
 
 def register(family: ModelFamily) -> ModelFamily:
-    """Add ``family`` under its name; its config class must be one of ``train.model``'s union."""
+    """Add ``family`` under its name, with its config model as ``train.model``'s for that name."""
     if family.name in _REGISTRY:
         raise ValueError(f"model family '{family.name}' is registered twice")
-    if family.name not in FAMILY_TAGS:
-        raise ValueError(f"model family '{family.name}' has no config class in core/config.py (FAMILY_TAGS)")
     if family.config_type.model_fields["family"].default != family.name:
         raise ValueError(f"model family '{family.name}': its config class {family.config_type.__name__} is another's")
+    check_declaration(family)
+    register_model_config(family.config_type)
     _REGISTRY[family.name] = family
     return family
+
+
+def unregister(name: str) -> None:
+    """Remove family ``name`` and its config model (a family registered for a while: tests)."""
+    _REGISTRY.pop(name, None)
+    unregister_model_config(name)
+
+
+def check_declaration(family: ModelFamily) -> None:
+    """Refuse a family whose declaration and abilities disagree: every round needs either a
+    batch stream (:class:`Streaming`) or its own local computation (:class:`LocalRounds`); a
+    weights update kind trains under weights rules only."""
+    if not isinstance(family, Streaming | LocalRounds):
+        raise ValueError(f"model family '{family.name}' has neither a batch stream nor local rounds")
+    if family.update_kind == UpdateKind.WEIGHTS and "fedsgd" in family.capabilities.rules:
+        raise ValueError(f"model family '{family.name}' sends weights: FedSGD is not one of its rules")
 
 
 def get_family(name: str) -> ModelFamily:

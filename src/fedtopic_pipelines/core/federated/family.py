@@ -55,11 +55,16 @@ class BatchStream(Protocol):
 
 
 class TopicModel(Protocol):
-    """What evaluation reads from a trained topic model (ProdLDA implements it)."""
+    """What evaluation reads from a trained topic model (ProdLDA, NMF, ...)."""
 
     def topic_word(self) -> torch.Tensor: ...
 
     def doc_topic(self, bow: torch.Tensor) -> torch.Tensor: ...
+
+
+class WordDistribution(Protocol):
+    """A topic model whose family declares ``probabilistic``: each document's word distribution
+    (evaluation's completion perplexity)."""
 
     def word_distribution(self, bow: torch.Tensor) -> torch.Tensor: ...
 

@@ -22,7 +22,6 @@ from fedtopic_pipelines.core.config import PrivacyConfig
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.local import participants_per_round
 from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update
-from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD
 from fedtopic_pipelines.core.privacy.defences import DPPlan, add_noise, clip, noise_generator, plan_dp
 from fedtopic_pipelines.core.privacy.robust import outliers, robust_aggregate, update_norms
 
@@ -162,9 +161,13 @@ def apply_privacy(
         return None
     per_round = participants_per_round(organisations, config.aggregation.client_fraction)
     plan = plan_dp(privacy, server.stopping.max_rounds, per_round, organisations, documents, config.batch_size)
-    if isinstance(strategy, SparseRowsSGD):  # its rows are reduced by sparse_row_mean, not a mean of tensors
+    if not {"dp", "robust"} & config.model.capabilities.privacy:
+        # the family's updates are not reduced by a mean of tensors (sparse rows, summed statistics)
         if plan is not None or privacy.robust:
-            raise ValueError("word2vec's sparse rows take no 'privacy.dp' or robust rule (docs/privacy.md)")
+            raise ValueError(
+                f"{config.model.family}'s updates take no 'privacy.dp' or robust rule: "
+                f"{config.model.capabilities.privacy_refusal}"
+            )
         return None
     strategy.reducer = Reducer(privacy, plan, config.seed, name)
     if plan is not None and plan.noise_at == "clients":

@@ -158,9 +158,6 @@ class NMFModel(nn.Module):
         i = self.inference
         return infer_topics(self, bow, i.epochs, i.batch_size, i.lr, i.mi_weight, i.seed, i.tau, i.optimizer)
 
-    def word_distribution(self, bow: Any) -> torch.Tensor:
-        raise ValueError("NMF is not a probabilistic model: it has no per-document word distribution (perplexity)")
-
     @property
     def n_topics(self) -> int:
         return int(self.w.shape[1])
