@@ -555,7 +555,7 @@ def seed_metric(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     from fedtopic_pipelines.core.config import PrivacyConfig
     from fedtopic_pipelines.core.synthetic import generate
-    from fedtopic_pipelines.core.synthetic_experiment import consensus_matrices, run_point
+    from fedtopic_pipelines.experiments.synthetic import consensus_matrices, run_point
 
     _, project = project_config("smoke" if args.quick else "reduced")
     synthetic = project.synthetic

@@ -25,7 +25,8 @@ import torch
 from common import project_config
 
 from fedtopic_pipelines.core.synthetic import generate
-from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, run_point
+from fedtopic_pipelines.experiments.config import SweepPoint
+from fedtopic_pipelines.experiments.synthetic import run_point
 
 ROOT = Path(__file__).resolve().parents[1]
 logger = logging.getLogger("bench")

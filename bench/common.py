@@ -2,7 +2,7 @@
 
 Benchmarks never edit parameter dictionaries by hand: they name an environment and
 overrides in the form ``kedro run --params`` takes (a nested dict), and get the same
-validated configuration the pipelines get (``core/parameters.py``). The demo corpus goes
+validated configuration the pipelines get (``parameters.py``). The demo corpus goes
 through the same site steps as the pipelines (``Site``: preprocess, propose, merge,
 vectorise).
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from kedro.framework.startup import bootstrap_project
 
-from fedtopic_pipelines.core.parameters import ProjectConfig, validate_parameters
+from fedtopic_pipelines.parameters import ProjectConfig, validate_parameters
 from fedtopic_pipelines.pipeline_registry import project_parameters
 
 ROOT = Path(__file__).resolve().parents[1]

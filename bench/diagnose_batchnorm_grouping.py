@@ -32,7 +32,8 @@ from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.seeds import derive_seed, hold_out_one
 from fedtopic_pipelines.core.site import POOLED_STREAM
 from fedtopic_pipelines.core.synthetic import generate
-from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, consensus_matrices, infer_theta
+from fedtopic_pipelines.experiments.config import SweepPoint
+from fedtopic_pipelines.experiments.synthetic import consensus_matrices, infer_theta
 
 
 class SortedByOrganisation:

@@ -42,8 +42,9 @@ from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.seeds import derive_seed, hold_out_one
 from fedtopic_pipelines.core.synthetic import generate
-from fedtopic_pipelines.core.synthetic_experiment import SweepPoint, consensus_matrices, infer_theta
 from fedtopic_pipelines.core.training import train_scenarios
+from fedtopic_pipelines.experiments.config import SweepPoint
+from fedtopic_pipelines.experiments.synthetic import consensus_matrices, infer_theta
 
 logger = logging.getLogger("screen_normalisation")
 RECOVERED = 0.5  # a true topic counts as recovered when some learned topic's Bhattacharyya coefficient reaches this

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedtopic_pipelines.core.config import FEDNMF_METHODS
+from fedtopic_pipelines.experiments.config import FEDNMF_METHODS
 from tests.conftest import DEMO_WHEEL, PROJECT, WORDS
 
 BIN = Path(sys.executable).parent

@@ -21,7 +21,7 @@ from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError
-from fedtopic_pipelines.core.parameters import validate_parameters
+from fedtopic_pipelines.parameters import check_privacy, validate_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,6 @@ class ValidateParametersHook:
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
         """The privacy switch against the families the named pipelines train (issue 19)."""
-        from fedtopic_pipelines.core.parameters import check_privacy
-
         config = getattr(self, "config", None)
         if config is not None:
             check_privacy(config, run_params.get("pipeline_names"))

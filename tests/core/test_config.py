@@ -16,7 +16,6 @@ from fedtopic_pipelines.core.config import (
     TrainConfig,
     from_mapping,
 )
-from fedtopic_pipelines.core.parameters import validate_parameters
 
 
 def test_unknown_scenario_is_named() -> None:
@@ -127,21 +126,3 @@ def test_ingest_blocks_reject_unknown_keys_and_bad_caps() -> None:
         from_mapping(IngestDemoConfig, {"max_documents": {"train": 0}}, "ingest_demo")
     with pytest.raises(ConfigError, match=r"ingest_demo.organisations.science"):
         from_mapping(IngestDemoConfig, {"organisations": {"science": []}}, "ingest_demo")
-
-
-def test_an_unknown_top_level_block_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"unknown parameter block\(s\) \['trian'\]"):
-        validate_parameters({"trian": {"max_steps": 5}, "train": {}})
-
-
-@pytest.mark.parametrize("organisations", [5, "computers", {"a": 1}, ["a", 3]])
-def test_organisations_must_be_a_list_of_names(organisations) -> None:
-    with pytest.raises(ConfigError, match="parameter 'organisations' must be a list of names"):
-        validate_parameters({"organisations": organisations})
-
-
-def test_every_block_of_the_project_is_checked_at_once() -> None:
-    with pytest.raises(ConfigError, match="parameter 'evaluate.top_words'"):
-        validate_parameters({"train": {}, "evaluate": {"top_words": 1}})
-    project = validate_parameters({"organisations": ["a", "b"], "train": {"max_steps": 3}})
-    assert project.train.max_steps == 3 and project.organisations == ["a", "b"]

@@ -2,8 +2,9 @@
 
 The contracts (``[tool.importlinter]``; docs/architecture.md, "Layers") are checked on the
 real tree, and on a copy of the package with one bad import planted, which must fail: an
-upward import hidden inside a function, an import of Kedro, a new module on no layer, and
-a cycle between two modules of one package.
+upward import hidden inside a function, an import of Kedro, a new module on no layer, a
+cycle between two modules of one package, core/ reaching up into the experiments, and the
+experiments importing Kedro.
 """
 
 from __future__ import annotations
@@ -43,22 +44,33 @@ def test_the_tree_keeps_every_contract() -> None:
 PLANTED = {
     # text/ (floor 2) reaching the scenarios (floor 5), lazily as the old cycle did
     "upward": (
-        "text/tokenize.py",
+        "core/text/tokenize.py",
         "\n\ndef _planted():\n    from fedtopic_pipelines.core.training import train_scenarios\n\n"
         "    return train_scenarios\n",
         "core imports one way down BROKEN",
     ),
     "kedro": (
-        "config.py",
+        "core/config.py",
         "\nimport kedro  # noqa: F401\n",
         "core imports neither kedro, flwr, mlflow nor the glue around it BROKEN",
     ),
-    "unplaced": ("helpers.py", '"""A module on no layer."""\n', "core imports one way down BROKEN"),
+    "unplaced": ("core/helpers.py", '"""A module on no layer."""\n', "core imports one way down BROKEN"),
     # inside one layer's package: the engine's messages importing the engine, which imports them
     "cycle": (
-        "federated/messages.py",
+        "core/federated/messages.py",
         "\nfrom fedtopic_pipelines.core.federated import engine  # noqa: E402, F401\n",
         "no cycle between the packages and modules of core BROKEN",
+    ),
+    # the library reaching up for a paper's run configuration
+    "experiments": (
+        "core/training.py",
+        "\nfrom fedtopic_pipelines.experiments.config import PCTDRunConfig  # noqa: E402, F401\n",
+        "the library, its experiments and the parameter check import one way down BROKEN",
+    ),
+    "experiments_kedro": (
+        "experiments/pctd.py",
+        "\nimport kedro  # noqa: E402, F401\n",
+        "experiments and parameters import no kedro, flwr, mlflow nor the glue BROKEN",
     ),
 }
 
@@ -69,7 +81,7 @@ def test_a_planted_bad_import_breaks_a_contract(tmp_path: Path, case: str) -> No
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     path, code, broken = PLANTED[case]
-    target = copy / "core" / path
+    target = copy / path
     target.write_text((target.read_text() if target.exists() else "") + code)
     result = lint_imports(tmp_path / "src", tmp_path / "pyproject.toml")
     assert result.returncode != 0

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from fedtopic_pipelines.core.config import FEDNMF_METHODS, ConfigError, FedNMFRunConfig, from_mapping
+from fedtopic_pipelines.core.config import ConfigError, from_mapping
+from fedtopic_pipelines.experiments.config import FEDNMF_METHODS, FedNMFRunConfig
 from fedtopic_pipelines.pipelines import fednmf, preprocess, vocab_consensus
 from tests.pipelines.conftest import run_slice
 

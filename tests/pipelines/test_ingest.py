@@ -310,8 +310,8 @@ def test_ingest_archives_partition_slice(tmp_path) -> None:
 @pytest.mark.parametrize("env", ["sms_spam", "rotten_tomatoes", "stackoverflow"])
 def test_the_short_text_environments_partition_ten_organisations_by_label_skew(env: str) -> None:
     """Seed 004's corpora: every parameter block valid, no source names an organisation, alpha 1, K = 10."""
-    from fedtopic_pipelines.core.parameters import validate_parameters
     from fedtopic_pipelines.flower.cli import project_parameters
+    from fedtopic_pipelines.parameters import validate_parameters
 
     params = project_parameters(env)
     project = validate_parameters(params)

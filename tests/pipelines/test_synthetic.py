@@ -7,7 +7,7 @@ import pytest
 
 from fedtopic_pipelines.datasets import MlflowNestedRunsDataset
 from fedtopic_pipelines.pipelines import synthetic
-from tests.core.test_synthetic_experiment import TINY
+from tests.experiments.test_synthetic import TINY
 from tests.pipelines.conftest import run_slice
 
 TWO_POINTS = {**TINY, "sweeps": {"A": {"parameter": "n_shared", "values": [0, 2]}}, "repetitions": 2}

@@ -95,7 +95,7 @@ def down(_: argparse.Namespace) -> None:
 
 def demo_job(params: dict[str, Any], rounds: int) -> Job:
     """The project's parameters as a Flower job: the federated scenario for ``rounds`` rounds."""
-    from fedtopic_pipelines.core.parameters import validate_parameters
+    from fedtopic_pipelines.parameters import validate_parameters
 
     project = validate_parameters(params)  # checks every block as `kedro run` does
     train = project.train.replace(scenarios=("federated",), max_steps=rounds, max_epochs=None)

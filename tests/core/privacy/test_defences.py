@@ -17,10 +17,10 @@ from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
 from fedtopic_pipelines.core.federated.privacy import Reducer
 from fedtopic_pipelines.core.federation import run_federation
-from fedtopic_pipelines.core.parameters import check_privacy, validate_parameters, with_privacy
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 from fedtopic_pipelines.core.privacy.defences import DPPlan, clip, flat_norm, noise_generator, privatize
 from fedtopic_pipelines.core.site import MemoryEndpoint
+from fedtopic_pipelines.parameters import check_privacy, validate_parameters, with_privacy
 from tests.conftest import poisson_matrices
 
 VOCAB = 30

@@ -1,7 +1,7 @@
 """Nodes of ``fednmf`` (seed 004): the sweep, the organisations' counts, the paper's tables and figures.
 
-The sweep node trains every method at every number of topics through the core experiment
-(``core/fednmf_experiment.py``): the federated methods through the engine with one
+The sweep node trains every method at every number of topics through the experiment
+(``experiments/fednmf.py``): the federated methods through the engine with one
 endpoint per organisation, the centralized ones on the pooled documents, as the train
 node does (it holds every organisation's bag of words because it simulates them). Each
 organisation then scores every model on its own documents: the co-occurrences of the
@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 
 from fedtopic_pipelines.core.compute import compute_threads
-from fedtopic_pipelines.core.config import FEDERATED_NMF_METHODS, WEIGHT_RULES, FedNMFRunConfig, from_mapping
-from fedtopic_pipelines.core.fednmf_experiment import Fitted, organisation_scores, rule_of, run_heterogeneity, run_sweep
+from fedtopic_pipelines.core.config import WEIGHT_RULES, from_mapping
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.metrics.classification import pooled_scores
 from fedtopic_pipelines.core.metrics.coherence import (
@@ -39,10 +38,12 @@ from fedtopic_pipelines.core.metrics.coherence import (
     sum_counts,
 )
 from fedtopic_pipelines.core.metrics.topics import top_words
-from fedtopic_pipelines.core.parameters import with_privacy
 from fedtopic_pipelines.core.shards import as_frame
 from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+from fedtopic_pipelines.experiments.config import FEDERATED_NMF_METHODS, FedNMFRunConfig
+from fedtopic_pipelines.experiments.fednmf import Fitted, organisation_scores, rule_of, run_heterogeneity, run_sweep
+from fedtopic_pipelines.parameters import with_privacy
 
 logger = logging.getLogger(__name__)
 

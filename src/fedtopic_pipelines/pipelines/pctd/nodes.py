@@ -7,7 +7,7 @@ federation entry point (on Flower with ``engine: flower``); the centralized scen
 party alone train without noise (a party needs no privacy from itself). Every model, the
 figures' sweeps' too, is scored inside each organisation (``evaluate_pctd_organisation``:
 counts, perplexities and words scored leave it) and the server sums
-(``core/pctd_experiment.py``).
+(``experiments/pctd.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from fedtopic_pipelines.core.config import PCTDRunConfig, from_mapping
+from fedtopic_pipelines.core.config import from_mapping
 from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate, sentences_from_frames
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.pctd_experiment import (
+from fedtopic_pipelines.core.shards import iter_frames
+from fedtopic_pipelines.core.training import train_scenarios
+from fedtopic_pipelines.experiments.config import PCTDRunConfig
+from fedtopic_pipelines.experiments.pctd import (
     Party,
     Scored,
     combine_scores,
@@ -36,8 +39,6 @@ from fedtopic_pipelines.core.pctd_experiment import (
     train_figure_models,
     train_lda,
 )
-from fedtopic_pipelines.core.shards import iter_frames
-from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
 
 logger = logging.getLogger(__name__)

@@ -13,11 +13,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.synthetic_experiment import (
-    SyntheticExperimentConfig,
-    run_point,
-    summarise_scenarios,
-)
+from fedtopic_pipelines.experiments.config import SyntheticExperimentConfig
+from fedtopic_pipelines.experiments.synthetic import run_point, summarise_scenarios
 
 SCENARIO_STYLE = {
     "non_collaborative": ("non-collaborative (mean over organisations)", "tab:orange", "s"),

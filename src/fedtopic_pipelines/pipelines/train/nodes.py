@@ -12,9 +12,9 @@ from fedtopic_pipelines.core.config import ConfigError, TrainConfig
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.parameters import with_privacy
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+from fedtopic_pipelines.parameters import with_privacy
 
 EMBEDDINGS = "embeddings__"  # keyword prefix of an organisation's embeddings (its bag of words: its name)
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from fedtopic_pipelines.core.config import PCTDRunConfig, TrainConfig
+from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.families.pctd import noise_multiplier
 from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
@@ -49,6 +49,7 @@ from fedtopic_pipelines.core.models.pctd import SemanticUnits, completion_perple
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 from fedtopic_pipelines.core.seeds import derive_seed
 from fedtopic_pipelines.core.site import MemoryEndpoint
+from fedtopic_pipelines.experiments.config import PCTDRunConfig
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import WEIGHT_RULES, FedNMFRunConfig, TrainConfig
+from fedtopic_pipelines.core.config import WEIGHT_RULES, TrainConfig
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.server import FederatedServer
 from fedtopic_pipelines.core.federation import run_federation
@@ -52,6 +52,7 @@ from fedtopic_pipelines.core.metrics.we_coherence import we_coherence
 from fedtopic_pipelines.core.seeds import derive_seed
 from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+from fedtopic_pipelines.experiments.config import FedNMFRunConfig
 
 logger = logging.getLogger(__name__)
 

@@ -4,6 +4,10 @@ The Kedro hook, the benchmarks and the Flower CLI build their configuration here
 the same parameter dictionary ``kedro run`` sees (an environment over ``base``, plus
 ``--params``), so a benchmark cannot drift from the pipelines. An unknown top-level block
 (``trian.max_steps=5``) is refused with its name, as is every bad value inside a block.
+
+It stands above both ``core/`` (the library's blocks) and ``experiments/`` (the papers' blocks
+``fednmf``, ``pctd`` and ``synthetic``), so it can name every block while neither of them
+imports it; like them it imports no kedro, flwr or mlflow (docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations
@@ -17,14 +21,12 @@ from fedtopic_pipelines.core.config import (
     ConfigModel,
     ConsensusConfig,
     EvaluateConfig,
-    FedNMFRunConfig,
     IngestArchivesConfig,
     IngestDemoConfig,
     IngestS2orcConfig,
     IngestSyntheticConfig,
     IngestTableConfig,
     IngestWikipediaConfig,
-    PCTDRunConfig,
     PreprocessConfig,
     PrivacyConfig,
     RealDataConfig,
@@ -32,6 +34,7 @@ from fedtopic_pipelines.core.config import (
     Word2VecRunConfig,
     from_mapping,
 )
+from fedtopic_pipelines.experiments.config import FedNMFRunConfig, PCTDRunConfig, SyntheticExperimentConfig
 
 BLOCKS: dict[str, type[ConfigModel]] = {
     "ingest_demo": IngestDemoConfig,
@@ -66,7 +69,7 @@ class ProjectConfig:
     corpus: str | None
     organisations: list[str]
     blocks: dict[str, ConfigModel] = field(default_factory=dict)
-    synthetic: Any = None
+    synthetic: SyntheticExperimentConfig | None = None
 
     @property
     def train(self) -> TrainConfig:
@@ -96,10 +99,6 @@ def validate_parameters(params: Mapping[str, Any]) -> ProjectConfig:
     blocks = {name: from_mapping(cls, params[name], name) for name, cls in BLOCKS.items() if name in params}
     synthetic = None
     if SYNTHETIC in params:
-        # deferred: the experiment loads the training stack (torch), which the Kedro hook that
-        # validates parameters must not (tests/test_pipeline_registry.py); it closes no cycle
-        from fedtopic_pipelines.core.synthetic_experiment import SyntheticExperimentConfig
-
         synthetic = SyntheticExperimentConfig.from_params(params[SYNTHETIC] or {})
     corpus = params.get("corpus")
     return ProjectConfig(None if corpus is None else str(corpus), list(organisations), blocks, synthetic)

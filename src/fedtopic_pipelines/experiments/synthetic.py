@@ -5,7 +5,8 @@ vocabulary (the same consensus stage as real corpora), train the scenarios (each
 organisation holds out ``train.validation_fraction`` of its training documents for early
 stopping, 25 % in the paper), infer the
 document-topic mixtures of every organisation's validation documents with every model,
-and score them against the ground truth with DSS (eq. 5) and TSS (eq. 6).
+and score them against the ground truth with DSS (eq. 5) and TSS (eq. 6). The ``synthetic``
+block and its sweep points are parsed in ``experiments/config.py``.
 
 Non-collaborative scores follow the authors' code (docs/synthetic.md): each
 organisation's model infers *all* validation documents and is compared with *all* K
@@ -17,28 +18,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
-from pydantic import Field
 
 from fedtopic_pipelines.core.compute import resolve_device
-from fedtopic_pipelines.core.config import (
-    ConfigError,
-    ConfigModel,
-    ConsensusConfig,
-    NonNegativeInt,
-    PositiveInt,
-    Seed,
-    SweepConfig,
-    SyntheticGeneratorConfig,
-    TrainConfig,
-    from_mapping,
-)
+from fedtopic_pipelines.core.config import ConsensusConfig
 from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss, tss_baseline
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.seeds import derive_seed
@@ -46,82 +34,11 @@ from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.core.synthetic import SyntheticCorpus, generate
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.core.vocab.consensus import agree_on_vocabulary
+from fedtopic_pipelines.experiments.config import SweepPoint, SyntheticExperimentConfig
 
 logger = logging.getLogger(__name__)
 
 INFERENCE_CHUNK = 2048
-
-
-class SyntheticExperimentConfig(ConfigModel):
-    """The ``synthetic`` parameter block: generator, consensus, training, scoring, sweep."""
-
-    generator: SyntheticGeneratorConfig = Field(default_factory=SyntheticGeneratorConfig)
-    consensus: ConsensusConfig = Field(default_factory=lambda: ConsensusConfig(top_n=5000, min_count=0))
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    sweep: SweepConfig = Field(default_factory=SweepConfig)
-    inference_samples: NonNegativeInt = 20
-    baseline_draws: PositiveInt = 10
-    seed: Seed = 42
-
-    @classmethod
-    def from_params(cls, raw: Mapping[str, Any]) -> SyntheticExperimentConfig:
-        """Parse the ``synthetic`` block; every sweep value is checked against the generator."""
-        raw = dict(raw)
-        sweep = parse_sweep(raw.pop("sweep", "A"), raw.pop("sweeps", None), raw.pop("repetitions", 10))
-        config = from_mapping(cls, {**raw, "sweep": sweep}, "synthetic")
-        for point in config.points():  # fail before any training, naming the sweep value
-            point.generator_config(config)
-        return config
-
-    def points(self) -> list[SweepPoint]:
-        """Every (value, repetition) of the sweep, in run order."""
-        return [
-            SweepPoint(self.sweep.parameter, value, rep)
-            for value in self.sweep.values
-            for rep in range(self.sweep.repetitions)
-        ]
-
-
-def parse_sweep(name: Any, sweeps: Mapping[str, Any] | None, repetitions: Any) -> SweepConfig:
-    """``synthetic.sweep`` names one entry of ``synthetic.sweeps``; build it as a SweepConfig."""
-    sweeps = dict(sweeps or {})
-    if not sweeps:
-        raise ConfigError("parameter 'synthetic.sweeps' is empty: define at least one sweep")
-    if name not in sweeps:
-        raise ConfigError(f"parameter 'synthetic.sweep' is {name!r}; expected one of {sorted(sweeps)}")
-    if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
-        raise ConfigError(f"parameter 'synthetic.repetitions' must be an integer >= 1, got {repetitions!r}")
-    block = sweeps[name]
-    if block is not None and not isinstance(block, Mapping):
-        raise ConfigError(f"parameter block 'synthetic.sweeps.{name}' must be a mapping, got {block!r}")
-    block = dict(block or {})
-    if "name" in block or "repetitions" in block:
-        raise ConfigError(f"parameter 'synthetic.sweeps.{name}' takes only 'parameter', 'values' and 'scenarios'")
-    block.update(name=str(name), repetitions=repetitions)
-    return from_mapping(SweepConfig, block, f"synthetic.sweeps.{name}")
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One run: a value of the swept parameter and a repetition number."""
-
-    parameter: str
-    value: float
-    repetition: int
-
-    def seed(self, config: SyntheticExperimentConfig) -> int:
-        """Repetition r uses the same seed at every value, so points differ only by the value."""
-        return config.seed + self.repetition
-
-    def generator_config(self, config: SyntheticExperimentConfig) -> SyntheticGeneratorConfig:
-        value: float | int = int(self.value) if self.parameter == "n_shared" else float(self.value)
-        if self.parameter == "n_shared" and value != self.value:
-            raise ConfigError(f"parameter 'synthetic.sweeps.*.values' has a non-integer K' = {self.value}")
-        changes = {**dict(config.generator), self.parameter: value, "seed": self.seed(config)}
-        try:
-            return from_mapping(SyntheticGeneratorConfig, changes, "synthetic.generator")
-        except ConfigError as exc:
-            raise ConfigError(f"sweep value {self.parameter} = {self.value} is invalid: {exc}") from exc
 
 
 @dataclass

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from fedtopic_pipelines.core.config import PCTDRunConfig
 from fedtopic_pipelines.core.families.word2vec import Sentences, concatenate
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
@@ -17,7 +16,9 @@ from fedtopic_pipelines.core.metrics.coherence import (
 )
 from fedtopic_pipelines.core.metrics.topics import top_words
 from fedtopic_pipelines.core.models.pctd import completion_perplexity
-from fedtopic_pipelines.core.pctd_experiment import (
+from fedtopic_pipelines.core.seeds import derive_seed
+from fedtopic_pipelines.experiments.config import PCTDRunConfig
+from fedtopic_pipelines.experiments.pctd import (
     MEASURES,
     Party,
     Scored,
@@ -27,7 +28,6 @@ from fedtopic_pipelines.core.pctd_experiment import (
     score_models,
     train_lda,
 )
-from fedtopic_pipelines.core.seeds import derive_seed
 
 VOCAB = 12
 TERMS = [f"w{i}" for i in range(VOCAB)]

@@ -4,8 +4,8 @@ import pytest
 from fedtopic_pipelines.core.config import ConfigError
 from fedtopic_pipelines.core.metrics.similarity import align_topics
 from fedtopic_pipelines.core.synthetic import generate
-from fedtopic_pipelines.core.synthetic_experiment import (
-    SyntheticExperimentConfig,
+from fedtopic_pipelines.experiments.config import SyntheticExperimentConfig
+from fedtopic_pipelines.experiments.synthetic import (
     consensus_matrices,
     run_point,
     summarise_scenarios,

@@ -1,0 +1,276 @@
+"""Run configurations of the papers' experiments: the ``fednmf``, ``pctd`` and ``synthetic`` blocks.
+
+Built from the library's models (``core/config.py``: :class:`ConfigModel`, strict parsing
+with :func:`from_mapping`, :class:`TrainConfig`, the generator's config); what each block
+means is documented with its pipeline (docs/fednmf.md, docs/pctd.md, docs/synthetic.md).
+This module imports pydantic and ``core.config`` only, so validating the parameters
+(``fedtopic_pipelines.parameters``) loads no training stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import Field, model_validator
+
+from fedtopic_pipelines.core.config import (
+    WEIGHT_RULES,
+    AggregationConfig,
+    ConfigError,
+    ConfigModel,
+    ConsensusConfig,
+    Name,
+    NMFConfig,
+    NonNegativeFloat,
+    NonNegativeInt,
+    OpenFraction,
+    OptimizerConfig,
+    PCTDConfig,
+    PositiveFloat,
+    PositiveInt,
+    Scenario,
+    Seed,
+    SyntheticGeneratorConfig,
+    TrainConfig,
+    from_mapping,
+    trained_by,
+)
+
+# FedNMF+MI's experiments (seed 004 Tables III-IV, Figs. 2-4) ------------------------------
+FEDERATED_NMF_METHODS = tuple(m for rule in WEIGHT_RULES for m in (rule, f"{rule}_mi"))  # FedAvg, FedAvg+MI, ...
+FEDNMF_METHODS = ("lda", "nmf", "nmf_sgd", "nmf_sgd_mi", "fedlda", *FEDERATED_NMF_METHODS)  # Tables III-IV's rows
+FedNMFMethod = Literal[FEDNMF_METHODS]  # type: ignore[valid-type]  # Literal of the tuple's names
+FederatedNMFMethod = Literal[FEDERATED_NMF_METHODS]  # type: ignore[valid-type]
+TopicCount = Annotated[int, Field(ge=2)]
+
+
+class LDABaselineConfig(ConfigModel):
+    """gensim ``LdaModel`` for the LDA and FedLDA rows: batch passes (one M-step per pass)."""
+
+    block: ClassVar[str] = "fednmf.lda"
+
+    passes: PositiveInt = 10
+    iterations: PositiveInt = 50
+    chunksize: PositiveInt = 2000
+
+
+class FedNMFEvaluateConfig(ConfigModel):
+    """How every model of the sweep is scored (seed 004 sec. IV-B).
+
+    ``top_words`` per topic for the word-embedding coherence (eq. 4, over ``word_vectors``)
+    and the pooled NPMI; a linear SVM (``svm_c``) on the documents' topic weights with a
+    stratified ``svm_test_size`` split for macro-F1 and accuracy, over at most
+    ``max_documents`` documents (a seeded sample; null: all). ``curve_topics``: the number of
+    topics whose federated runs are also scored ``curve_points`` times during training
+    against the bytes communicated (Fig. 3; null: no curve).
+    """
+
+    block: ClassVar[str] = "fednmf.evaluate"
+
+    top_words: TopicCount = 10
+    word_vectors: Annotated[str, Field(min_length=1)] = "glove-6b-50d"
+    svm_test_size: OpenFraction = 0.2
+    svm_c: PositiveFloat = 1.0
+    max_documents: PositiveInt | None = None
+    curve_topics: TopicCount | None = 100
+    curve_points: PositiveInt = 5
+
+
+class HeterogeneityConfig(ConfigModel):
+    """Fig. 4: ``methods`` at ``topics`` topics on the pooled training documents partitioned again
+    into K organisations of ``clients`` with Dirichlet(alpha p) label skew for each of
+    ``alphas`` (the other setting at the main run's: alpha 1, K the organisations). Empty
+    lists skip the sweep."""
+
+    block: ClassVar[str] = "fednmf.heterogeneity"
+
+    alphas: tuple[PositiveFloat, ...] = (0.1, 1.0, 10.0)
+    clients: tuple[Annotated[int, Field(ge=2)], ...] = (10, 30, 50)
+    methods: tuple[FederatedNMFMethod, ...] = ("fedavg", "fedavg_mi", "fedadam", "fedadam_mi")
+    topics: TopicCount = 100
+
+
+def _default_nmf_train() -> TrainConfig:
+    return TrainConfig(
+        model=NMFConfig(),
+        optimizer=OptimizerConfig(name="adagrad", lr=0.1),
+        aggregation=AggregationConfig(client_fraction=0.2, local_epochs=5),
+        batch_size=64,
+        max_steps=30,
+    )
+
+
+class FedNMFRunConfig(ConfigModel):
+    """The ``fednmf`` block: seed 004's comparison of ``methods`` at each of ``topics`` on the
+    current corpus's organisations (docs/fednmf.md).
+
+    ``train`` is the federated runs' block (family nmf; its ``aggregation`` gives C, E and the
+    server's settings, each method its rule); ``mi_weight`` is lambda of the ``*_mi`` methods
+    (the others: 0). The centralized NMF by SGD trains ``centralized_rounds`` rounds of
+    ``local_epochs`` epochs over the pooled documents (null: round(rounds x C), as many passes
+    over the data as a federated run makes). ``sklearn_max_iter``: scikit-learn ``NMF``'s
+    coordinate descent; ``lda``: gensim's LDA for the LDA and FedLDA rows.
+    """
+
+    block: ClassVar[str] = "fednmf"
+
+    topics: Annotated[tuple[TopicCount, ...], Field(min_length=1)] = (50, 100, 200)
+    methods: Annotated[tuple[FedNMFMethod, ...], Field(min_length=1)] = FEDNMF_METHODS
+    mi_weight: PositiveFloat = 0.1
+    train: TrainConfig = Field(default_factory=_default_nmf_train)
+    centralized_rounds: PositiveInt | None = None
+    sklearn_max_iter: PositiveInt = 200
+    lda: LDABaselineConfig = Field(default_factory=LDABaselineConfig)
+    evaluate: FedNMFEvaluateConfig = Field(default_factory=FedNMFEvaluateConfig)
+    heterogeneity: HeterogeneityConfig = Field(default_factory=HeterogeneityConfig)
+    seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if "fednmf" not in self.train.model.capabilities.pipelines:
+            raise ValueError(
+                f"'fednmf.train.model.family' is {self.train.model.family!r}; "
+                f"this pipeline trains {trained_by('fednmf')}"
+            )
+        for name, values in (("topics", self.topics), ("methods", self.methods)):
+            if len(set(values)) != len(values):
+                raise ValueError(f"'fednmf.{name}' repeats a value: {list(values)}")
+        curve = self.evaluate.curve_topics
+        if curve is not None and curve not in self.topics:
+            raise ValueError(
+                f"'fednmf.evaluate.curve_topics' is {curve}, not one of 'fednmf.topics' {list(self.topics)}"
+            )
+        return self
+
+
+# gFedNTM's synthetic experiment (sec. 4.1, Fig. 3) -----------------------------------------
+class SweepConfig(ConfigModel):
+    """One sweep of Fig. 3: a generator parameter, its values and the repetitions per value."""
+
+    block: ClassVar[str] = "synthetic.sweeps"
+
+    name: Name = "A"
+    parameter: Literal["n_shared", "eta"] = "n_shared"
+    values: Annotated[tuple[int | float, ...], Field(min_length=1)] = (5, 10, 15, 30, 40)  # ints stay ints
+    repetitions: PositiveInt = 10
+    scenarios: Annotated[tuple[Scenario, ...], Field(min_length=1)] | None = None  # null: train.scenarios
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
+        if len(set(self.values)) != len(self.values):
+            raise ValueError(f"'synthetic.sweeps.{self.name}.values' repeats a value: {list(self.values)}")
+        return self
+
+
+class SyntheticExperimentConfig(ConfigModel):
+    """The ``synthetic`` parameter block: generator, consensus, training, scoring, sweep."""
+
+    generator: SyntheticGeneratorConfig = Field(default_factory=SyntheticGeneratorConfig)
+    consensus: ConsensusConfig = Field(default_factory=lambda: ConsensusConfig(top_n=5000, min_count=0))
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+    inference_samples: NonNegativeInt = 20
+    baseline_draws: PositiveInt = 10
+    seed: Seed = 42
+
+    @classmethod
+    def from_params(cls, raw: Mapping[str, Any]) -> SyntheticExperimentConfig:
+        """Parse the ``synthetic`` block; every sweep value is checked against the generator."""
+        raw = dict(raw)
+        sweep = parse_sweep(raw.pop("sweep", "A"), raw.pop("sweeps", None), raw.pop("repetitions", 10))
+        config = from_mapping(cls, {**raw, "sweep": sweep}, "synthetic")
+        for point in config.points():  # fail before any training, naming the sweep value
+            point.generator_config(config)
+        return config
+
+    def points(self) -> list[SweepPoint]:
+        """Every (value, repetition) of the sweep, in run order."""
+        return [
+            SweepPoint(self.sweep.parameter, value, rep)
+            for value in self.sweep.values
+            for rep in range(self.sweep.repetitions)
+        ]
+
+
+def parse_sweep(name: Any, sweeps: Mapping[str, Any] | None, repetitions: Any) -> SweepConfig:
+    """``synthetic.sweep`` names one entry of ``synthetic.sweeps``; build it as a SweepConfig."""
+    sweeps = dict(sweeps or {})
+    if not sweeps:
+        raise ConfigError("parameter 'synthetic.sweeps' is empty: define at least one sweep")
+    if name not in sweeps:
+        raise ConfigError(f"parameter 'synthetic.sweep' is {name!r}; expected one of {sorted(sweeps)}")
+    if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
+        raise ConfigError(f"parameter 'synthetic.repetitions' must be an integer >= 1, got {repetitions!r}")
+    block = sweeps[name]
+    if block is not None and not isinstance(block, Mapping):
+        raise ConfigError(f"parameter block 'synthetic.sweeps.{name}' must be a mapping, got {block!r}")
+    block = dict(block or {})
+    if "name" in block or "repetitions" in block:
+        raise ConfigError(f"parameter 'synthetic.sweeps.{name}' takes only 'parameter', 'values' and 'scenarios'")
+    block.update(name=str(name), repetitions=repetitions)
+    return from_mapping(SweepConfig, block, f"synthetic.sweeps.{name}")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run: a value of the swept parameter and a repetition number."""
+
+    parameter: str
+    value: float
+    repetition: int
+
+    def seed(self, config: SyntheticExperimentConfig) -> int:
+        """Repetition r uses the same seed at every value, so points differ only by the value."""
+        return config.seed + self.repetition
+
+    def generator_config(self, config: SyntheticExperimentConfig) -> SyntheticGeneratorConfig:
+        value: float | int = int(self.value) if self.parameter == "n_shared" else float(self.value)
+        if self.parameter == "n_shared" and value != self.value:
+            raise ConfigError(f"parameter 'synthetic.sweeps.*.values' has a non-integer K' = {self.value}")
+        changes = {**dict(config.generator), self.parameter: value, "seed": self.seed(config)}
+        try:
+            return from_mapping(SyntheticGeneratorConfig, changes, "synthetic.generator")
+        except ConfigError as exc:
+            raise ConfigError(f"sweep value {self.parameter} = {self.value} is invalid: {exc}") from exc
+
+
+# PC-TD's experiments (seed 002 Figs. 2-4) -------------------------------------------------
+class PCTDLDAConfig(ConfigModel):
+    """gensim ``LdaModel`` baselines (pooled and per party): batch passes."""
+
+    block: ClassVar[str] = "pctd.lda"
+
+    passes: PositiveInt = 10
+    iterations: PositiveInt = 50
+
+
+class PCTDRunConfig(ConfigModel):
+    """The ``pctd`` block: the main training (a ``train`` block of ``family: pctd``; its
+    scenarios: federated with its noise, centralized and each party alone without noise,
+    the party's own data needing none), ``sigmas`` (Fig. 2: federated runs at each noise,
+    scored ``curve_points`` times during training), ``topics`` (Fig. 4: federated,
+    centralized and pooled LDA at each number of topics), gensim LDA (``lda``), and the
+    evaluation's ``top_words`` (coherence; diversity over ``diversity_words``)."""
+
+    block: ClassVar[str] = "pctd"
+
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(model=PCTDConfig(), max_steps=50))
+    sigmas: tuple[NonNegativeFloat, ...] = (0.0, 0.25, 1.0, 4.0, 16.0)
+    topics: tuple[TopicCount, ...] = (5, 10, 20, 30)
+    curve_points: PositiveInt = 10
+    lda: PCTDLDAConfig = Field(default_factory=PCTDLDAConfig)
+    top_words: TopicCount = 10
+    diversity_words: TopicCount = 25
+    seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _pctd_family(self) -> Self:
+        if "pctd" not in self.train.model.capabilities.pipelines:
+            raise ValueError(
+                f"'pctd.train.model.family' is {self.train.model.family!r}; this pipeline trains {trained_by('pctd')}"
+            )
+        if self.train.max_steps is None:
+            raise ValueError("'pctd.train.max_steps' must be set: T, the iterations the accountant composes")
+        return self
