@@ -108,6 +108,11 @@ class LazyPipelines(Mapping[str, Pipeline]):
         return len(self._builders)
 
 
+def _builder(name: str, organisations: list[str]) -> Callable[[], Pipeline]:
+    """Pipeline ``name`` for ``organisations``, built on first use."""
+    return lambda: _module(name).create_pipeline(organisations)
+
+
 def _module(name: str):
     """``fedtopic_pipelines.pipelines.<name>``, imported when a pipeline is first built."""
     return importlib.import_module(f"fedtopic_pipelines.pipelines.{name}")
@@ -132,41 +137,26 @@ def register_pipelines() -> Mapping[str, Pipeline]:
     orgs = corpus_organisations(params, corpus)
     rules = {name: rule_organisations(params, f"ingest_{name}") for name in ("wikipedia", "s2orc")}
     builders: dict[str, Callable[[], Pipeline]] = {
-        "ingest_demo": lambda: _module("ingest_demo").create_pipeline(orgs),
-        "ingest_table": lambda: _module("ingest_table").create_pipeline(orgs),
-        "ingest_archives": lambda: _module("ingest_archives").create_pipeline(orgs),
-        "ingest_wikipedia": lambda: _module("ingest_wikipedia").create_pipeline(rules["wikipedia"]),
-        "ingest_s2orc": lambda: _module("ingest_s2orc").create_pipeline(rules["s2orc"]),
-        "ingest_synthetic": lambda: _module("ingest_synthetic").create_pipeline(orgs),
-        "preprocess": lambda: _module("preprocess").create_pipeline(orgs),
-        "vocab_consensus": lambda: _module("vocab_consensus").create_pipeline(orgs),
-        "embed": lambda: _module("embed").create_pipeline(orgs),
-        "train": lambda: _module("train").create_pipeline(orgs),
-        "evaluate": lambda: _module("evaluate").create_pipeline(orgs),
-        "privacy": lambda: _module("privacy").create_pipeline(orgs),
+        **{f"ingest_{name}": _builder(f"ingest_{name}", orgs) for name in ("demo", "table", "archives", "synthetic")},
+        **{f"ingest_{name}": _builder(f"ingest_{name}", rules[name]) for name in ("wikipedia", "s2orc")},
+        **{name: _builder(name, orgs) for name in (*DEFAULT_CHAIN[1:], "word2vec")},
         "synthetic": lambda: _module("synthetic").create_pipeline(),
-        "word2vec": lambda: _module("word2vec").create_pipeline(orgs),
     }
+
+    def after_chain(stages: int, name: str) -> Callable[[], Pipeline]:
+        """The default chain's first ``stages`` stages, then pipeline ``name`` (its own nodes)."""
+        return lambda: (
+            sum((pipelines[s] for s in DEFAULT_CHAIN[:stages]), Pipeline([])) + _module(name).create_pipeline(orgs)
+        )
+
     pipelines = LazyPipelines(
         {
             **builders,
             "ingest": lambda: pipelines[f"ingest_{corpus}"],
             "__default__": lambda: sum((pipelines[name] for name in DEFAULT_CHAIN), Pipeline([])),
-            # gFedNTM Fig. 4: the chain up to the embeddings, then the experiment's own models
-            "realdata": lambda: (
-                sum((pipelines[name] for name in DEFAULT_CHAIN[:4]), Pipeline([]))
-                + _module("realdata").create_pipeline(orgs)
-            ),
-            # FedNMF+MI (seed 004): the chain up to the common vocabulary, then the sweep
-            "fednmf": lambda: (
-                sum((pipelines[name] for name in DEFAULT_CHAIN[:3]), Pipeline([]))
-                + _module("fednmf").create_pipeline(orgs)
-            ),
-            # PC-TD (seed 002): the chain up to the common vocabulary, then training, evaluation, figures
-            "pctd": lambda: (
-                sum((pipelines[name] for name in DEFAULT_CHAIN[:3]), Pipeline([]))
-                + _module("pctd").create_pipeline(orgs)
-            ),
+            "realdata": after_chain(4, "realdata"),  # gFedNTM Fig. 4: the chain up to the embeddings
+            "fednmf": after_chain(3, "fednmf"),  # FedNMF+MI (seed 004): the chain up to the common vocabulary
+            "pctd": after_chain(3, "pctd"),  # PC-TD (seed 002): the chain up to the common vocabulary
         }
     )
     logger.info(

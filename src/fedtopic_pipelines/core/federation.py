@@ -31,7 +31,7 @@ from fedtopic_pipelines.core.config import ConsensusConfig, PreprocessConfig, Pr
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.checkpoint import Checkpoints
 from fedtopic_pipelines.core.federated.engine import Engine, FederationError
-from fedtopic_pipelines.core.federated.family import ServerPreparation, WeightsStrategy
+from fedtopic_pipelines.core.federated.family import ModelFamily, ServerPreparation, WeightsStrategy
 from fedtopic_pipelines.core.federated.local import client_sample, runs_local_rounds, uses_weights
 from fedtopic_pipelines.core.federated.privacy import apply_privacy
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
@@ -173,53 +173,11 @@ def run_federation(
             raise ValueError("run_federation needs 'vocabulary', or 'preprocess' and 'consensus' to agree on one")
         vocabulary = agree_vocabulary(engine, organisations, preprocess, consensus, config.privacy)
     terms = vocabulary["term"].tolist()
-    payload: dict[str, Any] = {"train": config.to_params(), "terms": terms}
-    if "frequency" in vocabulary:  # the consensus's summed counts (Word2Vec's noise and subsampling read them)
-        payload["frequencies"] = [float(f) for f in vocabulary["frequency"]]
-    if preprocess is not None:
-        payload["preprocess"] = preprocess.to_params()
-    prepared = engine.query(PREPARE, {org: {**payload, "index": i} for i, org in enumerate(organisations)})
-    rows = {org: _declared(org, prepared[org], "train_rows") for org in organisations}
-    held = {org: _declared(org, prepared[org], "validation_rows") for org in organisations}
-    # what an epoch is counted in: documents, or (a family that declares it) its examples, e.g. pairs
-    epoch = {
-        org: _declared(org, prepared[org], "epoch_examples") if "epoch_examples" in prepared[org] else rows[org]
-        for org in organisations
-    }
-    validate = config.validation_fraction > 0
-    for org in organisations:  # a site holds out at most its share (and at least 2): more is a false claim
-        fraction = config.validation_fraction
-        most = math.ceil(rows[org] * fraction / (1 - fraction)) + 2 if validate else 0
-        if held[org] > most:
-            raise FederationError(
-                f"stage 'prepare': {org} declared {held[org]} validation documents for {rows[org]} training documents; "
-                f"'train.validation_fraction' = {fraction} allows at most {most}"
-            )
-    device = resolve_device(config.device)
-    model = family.create_model(len(terms), config, device)
+    declared = _prepare(engine, organisations, config, vocabulary, preprocess)
+    model = family.create_model(len(terms), config, resolve_device(config.device))
     if isinstance(family, ServerPreparation):  # what the consensus told the server: summed counts, documents
-        family.prepare_server_model(model, vocabulary, rows, config)
-    local_rounds = runs_local_rounds(family, config)
-    if local_rounds:  # a round is every sampled organisation's local epochs; an update weighs its documents
-        per_epoch, capacity = 1, dict(rows)
-    else:
-        per_epoch = family.steps_per_epoch(max(epoch.values()), config, ghosts)
-        capacity = {org: family.max_update_examples(n, config, ghosts) for org, n in rows.items()}
-    server = FederatedServer(
-        strategy_of(family, model, config),
-        stopping_rule(config, per_epoch, validate),
-        name=name,
-        capacity=capacity,
-        validation_capacity=held,
-        sample=client_sample(organisations, config.aggregation.client_fraction, config.seed),
-    )
-    if scenario == "federated":  # the references (pooled, each alone) train without a defence
-        apply_privacy(server, config, len(organisations), name, rows)
-    checkpoints = Checkpoints(config, name, organisations, terms, prepared) if config.checkpoint_every else None
-    if checkpoints is not None:
-        if local_rounds:  # clients with local parameters keep copies of them under this job's name
-            server.context = {**server.context, "job": checkpoints.path.stem, "checkpointed": 0}
-        checkpoints.resume(server)
+        family.prepare_server_model(model, vocabulary, declared.rows, config)
+    server, checkpoints = _server(family, model, config, organisations, declared, name, scenario, ghosts, terms)
 
     def observe(server: FederatedServer) -> None:
         if checkpoints is not None:
@@ -231,19 +189,114 @@ def run_federation(
     last = history[-1].loss if history else math.nan
     kept = "" if server.best_round is None else f", kept the weights of round {server.best_round + 1}"
     logger.info("%s: %d rounds, final loss %.2f%s", name, len(history), last, kept)
-    # the global model ends here: its tensors become the result's without another copy
-    # (a copy is 320 MB for Word2Vec's 200k x 200 tables); .cpu() copies only from a GPU
+    trained = _trained(model, server, config, name, scenario, list(trained_on or organisations), terms)
+    return FederationResult(vocabulary, trained, {org: dict(declared.replies[org]) for org in organisations})
+
+
+def _trained(
+    model: Any,
+    server: FederatedServer,
+    config: TrainConfig,
+    name: str,
+    scenario: str,
+    trained_on: list[str],
+    terms: list[str],
+) -> TrainedModel:
+    """The run's model: the global model's tensors as they end (without another copy: a copy is
+    320 MB for Word2Vec's 200k x 200 tables; .cpu() copies only from a GPU), its history and stops."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    trained = TrainedModel(
+    return TrainedModel(
         name,
         scenario,
-        list(trained_on or organisations),
+        trained_on,
         len(terms),
         config,
         state,
-        list(history),
+        list(server.history),
         server.stopped_early,
         server.best_round,
         vocabulary_fingerprint(terms),
     )
-    return FederationResult(vocabulary, trained, {org: dict(prepared[org]) for org in organisations})
+
+
+@dataclass
+class _Declared:
+    """What the organisations declared when they prepared: their replies, training and validation
+    documents, and what an epoch is counted in (documents, or a family's examples such as pairs)."""
+
+    replies: Mapping[str, Mapping[str, Any]]
+    rows: dict[str, int]
+    held: dict[str, int]
+    epoch: dict[str, int]
+
+
+def _prepare(
+    engine: Engine,
+    organisations: Sequence[str],
+    config: TrainConfig,
+    vocabulary: pd.DataFrame,
+    preprocess: PreprocessConfig | None,
+) -> _Declared:
+    """Every organisation prepares its data over the vocabulary and declares its counts; a site
+    holds out at most its share of validation documents (and at least 2): more is a false claim."""
+    payload: dict[str, Any] = {"train": config.to_params(), "terms": vocabulary["term"].tolist()}
+    if "frequency" in vocabulary:  # the consensus's summed counts (Word2Vec's noise and subsampling read them)
+        payload["frequencies"] = [float(f) for f in vocabulary["frequency"]]
+    if preprocess is not None:
+        payload["preprocess"] = preprocess.to_params()
+    prepared = engine.query(PREPARE, {org: {**payload, "index": i} for i, org in enumerate(organisations)})
+    rows = {org: _declared(org, prepared[org], "train_rows") for org in organisations}
+    held = {org: _declared(org, prepared[org], "validation_rows") for org in organisations}
+    epoch = {
+        org: _declared(org, prepared[org], "epoch_examples") if "epoch_examples" in prepared[org] else rows[org]
+        for org in organisations
+    }
+    validate = config.validation_fraction > 0
+    for org in organisations:
+        fraction = config.validation_fraction
+        most = math.ceil(rows[org] * fraction / (1 - fraction)) + 2 if validate else 0
+        if held[org] > most:
+            raise FederationError(
+                f"stage 'prepare': {org} declared {held[org]} validation documents for {rows[org]} training documents; "
+                f"'train.validation_fraction' = {fraction} allows at most {most}"
+            )
+    return _Declared(prepared, rows, held, epoch)
+
+
+def _server(
+    family: ModelFamily,
+    model: Any,
+    config: TrainConfig,
+    organisations: Sequence[str],
+    declared: _Declared,
+    name: str,
+    scenario: str,
+    ghosts: int | None,
+    terms: list[str],
+) -> tuple[FederatedServer, Checkpoints | None]:
+    """The server of the run: the family's strategy, what each organisation may claim, the
+    stopping rule, client sampling, the privacy defences of a federated scenario, and its
+    checkpoints (resumed when one exists)."""
+    rows = declared.rows
+    local_rounds = runs_local_rounds(family, config)
+    if local_rounds:  # a round is every sampled organisation's local epochs; an update weighs its documents
+        per_epoch, capacity = 1, dict(rows)
+    else:
+        per_epoch = family.steps_per_epoch(max(declared.epoch.values()), config, ghosts)
+        capacity = {org: family.max_update_examples(n, config, ghosts) for org, n in rows.items()}
+    server = FederatedServer(
+        strategy_of(family, model, config),
+        stopping_rule(config, per_epoch, config.validation_fraction > 0),
+        name=name,
+        capacity=capacity,
+        validation_capacity=declared.held,
+        sample=client_sample(organisations, config.aggregation.client_fraction, config.seed),
+    )
+    if scenario == "federated":  # the references (pooled, each alone) train without a defence
+        apply_privacy(server, config, len(organisations), name, rows)
+    checkpoints = Checkpoints(config, name, organisations, terms, declared.replies) if config.checkpoint_every else None
+    if checkpoints is not None:
+        if local_rounds:  # clients with local parameters keep copies of them under this job's name
+            server.context = {**server.context, "job": checkpoints.path.stem, "checkpointed": 0}
+        checkpoints.resume(server)
+    return server, checkpoints

@@ -138,6 +138,31 @@ def evaluate_organisation(
     """
     config = from_mapping(EvaluateConfig, params, "evaluate")
     lineage = evaluation_lineage(models, params)
+    _check_inputs(lineage, candidates, bow)
+    tokens = as_frame(tokens)
+    org = str(tokens["organisation"].iloc[0])
+    texts = [t.split() for t in tokens["tokens"]]
+    contexts = sorted({context_of(m) for m in config.coherence_measures})
+
+    def progress(items: Sequence[np.ndarray], description: str) -> Iterable[np.ndarray]:
+        return tqdm(items, desc=f"co-occurrences {org}, {description}", leave=False)
+
+    counts = count_cooccurrences(texts, CoherenceCandidates.from_dict(candidates), contexts, progress)
+    test = bow.subset("test")
+    if len(test) == 0:
+        logger.warning("organisation %s has no held-out documents: perplexity and F1 left out", org)
+    return {
+        "organisation": org,
+        "n_test_documents": len(test),
+        "n_texts": len(texts),
+        "models": _held_out_scores(models, bow, embeddings, org, config),
+        "coherence_counts": counts_to_dict(counts),
+        "lineage": {**lineage, "candidates": candidates_fingerprint(candidates), "vocabulary": bow.vocabulary},
+    }
+
+
+def _check_inputs(lineage: dict[str, str], candidates: dict[str, Any], bow: BowCorpus) -> None:
+    """The candidates were chosen for these models and parameters, over this bag of words' vocabulary."""
     recorded = candidates.get("lineage", {})
     require_same("models", lineage["models"], {"coherence_candidates": recorded.get("models")}, REEVALUATE)
     require_same(
@@ -150,19 +175,15 @@ def evaluate_organisation(
         "Run `kedro run --pipeline=vocab_consensus` again, then train and evaluate (or the whole chain).",
         built_from="vectorised with",
     )
-    tokens = as_frame(tokens)
-    org = str(tokens["organisation"].iloc[0])
-    texts = [t.split() for t in tokens["tokens"]]
-    contexts = sorted({context_of(m) for m in config.coherence_measures})
 
-    def progress(items: Sequence[np.ndarray], description: str) -> Iterable[np.ndarray]:
-        return tqdm(items, desc=f"co-occurrences {org}, {description}", leave=False)
 
-    counts = count_cooccurrences(texts, CoherenceCandidates.from_dict(candidates), contexts, progress)
+def _held_out_scores(
+    models: dict[str, TrainedModel], bow: BowCorpus, embeddings: DocumentEmbeddings, org: str, config: EvaluateConfig
+) -> dict[str, dict[str, float | None]]:
+    """Each model's completion perplexity (a probabilistic family's) and SVM macro-F1 on the
+    organisation's held-out documents; a contextual model reads their embeddings too."""
     scores: dict[str, dict[str, float | None]] = {name: {} for name in models}
     test = bow.subset("test")
-    if len(test) == 0:
-        logger.warning("organisation %s has no held-out documents: perplexity and F1 left out", org)
     dense = torch.from_numpy(test.matrix.toarray()) if len(test) else None
     contextual = any(m.config.model.capabilities.data_kind == DataKind.CONTEXTUAL for m in models.values())
     test_embeddings = None
@@ -172,10 +193,9 @@ def evaluate_organisation(
         model = trained.to_model()
         capabilities = trained.config.model.capabilities
         extra = test_embeddings if capabilities.data_kind == DataKind.CONTEXTUAL else None
-        probabilistic = capabilities.probabilistic  # NMF has no word distribution
         scores[name]["perplexity"] = (
             completion_perplexity(model, test.matrix, config.seed, embeddings=extra)
-            if len(test) and probabilistic
+            if len(test) and capabilities.probabilistic  # NMF has no word distribution
             else None
         )
         if dense is not None:
@@ -184,14 +204,7 @@ def evaluate_organisation(
             scores[name]["macro_f1"] = svm_macro_f1(theta, test.labels, config.svm_test_size, config.svm_c, config.seed)
         else:
             scores[name]["macro_f1"] = None
-    return {
-        "organisation": org,
-        "n_test_documents": len(test),
-        "n_texts": len(texts),
-        "models": scores,
-        "coherence_counts": counts_to_dict(counts),
-        "lineage": {**lineage, "candidates": candidates_fingerprint(candidates), "vocabulary": bow.vocabulary},
-    }
+    return scores
 
 
 def _finite(value: float | None) -> float | None:
@@ -227,14 +240,7 @@ def summarise(
     and write metrics.json, the flat headline metrics, the topic lists, a figure and MLflow metrics."""
     config = from_mapping(EvaluateConfig, params, "evaluate")
     measures = list(config.coherence_measures)
-    vocabulary_id = check_models_against_vocabulary(models, vocabulary)
-    lineage = {"vocabulary": vocabulary_id, **evaluation_lineage(models, params)}
-    lineage["candidates"] = candidates_fingerprint(candidates)
-    for what in ("vocabulary", "models", "evaluate", "candidates"):
-        found = {f"evaluation__{org}": evaluations[org].get("lineage", {}).get(what) for org in organisations}
-        if what != "candidates":
-            found["coherence_candidates"] = candidates.get("lineage", {}).get(what)
-        require_same("evaluate parameters" if what == "evaluate" else what, lineage[what], found, REEVALUATE)
+    lineage = _summary_lineage(models, vocabulary, organisations, candidates, params, evaluations)
     topics = model_topics(models, vocabulary, config.top_words)
     chosen = CoherenceCandidates.from_dict(candidates)
     if chosen != CoherenceCandidates.from_topics(t for ts in topics.values() for t in ts):
@@ -247,29 +253,86 @@ def summarise(
     pooled = {m: coherence_by_model(topics, chosen, pooled_counts, m) for m in measures}
     by_org = {org: {m: coherence_by_model(topics, chosen, counts[org], m) for m in measures} for org in organisations}
     diversity_topics = model_topics(models, vocabulary, config.diversity_top_words)
+    per_model = {
+        name: _model_entry(name, trained, measures, pooled, by_org, diversity_topics, evaluations)
+        for name, trained in models.items()
+    }
+    scenarios = _scenarios(per_model, organisations, measures)
+    metrics = {
+        "definitions": DEFINITIONS,
+        "organisations": list(organisations),
+        "coherence_candidates": {"words": len(chosen.words), "pairs": len(chosen.pairs)},
+        "scenarios": scenarios,
+        "models": per_model,
+        "n_test_documents": {org: evaluations[org]["n_test_documents"] for org in organisations},
+        "n_texts": {org: evaluations[org]["n_texts"] for org in organisations},
+        "vocabulary_size": len(vocabulary),
+        "lineage": lineage,
+    }
+    headline = headline_metrics(scenarios)
+    return (
+        metrics,
+        headline,
+        topics,
+        comparison_figure(per_model, scenarios, organisations, measures),
+        _mlflow(per_model, scenarios),
+    )
 
-    per_model: dict[str, Any] = {}
-    for name, trained in models.items():
-        entry: dict[str, Any] = {
-            "scenario": trained.scenario,
-            "trained_on": trained.organisations,
-            "steps": len(trained.history),
-            "topic_diversity": topic_diversity(diversity_topics[name]),
-        }
+
+def _summary_lineage(
+    models: dict[str, TrainedModel],
+    vocabulary: pd.DataFrame,
+    organisations: list[str],
+    candidates: dict[str, Any],
+    params: dict[str, Any],
+    evaluations: dict[str, dict[str, Any]],
+) -> dict[str, str]:
+    """What the summary was computed from, checked to be what every organisation scored with."""
+    vocabulary_id = check_models_against_vocabulary(models, vocabulary)
+    lineage = {"vocabulary": vocabulary_id, **evaluation_lineage(models, params)}
+    lineage["candidates"] = candidates_fingerprint(candidates)
+    for what in ("vocabulary", "models", "evaluate", "candidates"):
+        found = {f"evaluation__{org}": evaluations[org].get("lineage", {}).get(what) for org in organisations}
+        if what != "candidates":
+            found["coherence_candidates"] = candidates.get("lineage", {}).get(what)
+        require_same("evaluate parameters" if what == "evaluate" else what, lineage[what], found, REEVALUATE)
+    return lineage
+
+
+def _model_entry(
+    name: str,
+    trained: TrainedModel,
+    measures: list[str],
+    pooled: dict[str, Any],
+    by_org: dict[str, dict[str, Any]],
+    diversity_topics: dict[str, Any],
+    evaluations: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """One model's pooled coherence and diversity, and each organisation's scores of it (secondary)."""
+    entry: dict[str, Any] = {
+        "scenario": trained.scenario,
+        "trained_on": trained.organisations,
+        "steps": len(trained.history),
+        "topic_diversity": topic_diversity(diversity_topics[name]),
+    }
+    for m in measures:
+        entry[m] = _finite(pooled[m][name].mean)
+        entry[f"{m}_undefined_topics"] = pooled[m][name].undefined_topics
+    entry["organisations"] = {}
+    for org in by_org:
+        scores = dict(evaluations[org]["models"][name])
+        scores["topic_coverage"] = by_org[org][measures[0]][name].coverage
         for m in measures:
-            entry[m] = _finite(pooled[m][name].mean)
-            entry[f"{m}_undefined_topics"] = pooled[m][name].undefined_topics
-        entry["organisations"] = {}
-        for org in organisations:
-            scores = dict(evaluations[org]["models"][name])
-            scores["topic_coverage"] = by_org[org][measures[0]][name].coverage
-            for m in measures:
-                result = by_org[org][m][name]
-                scores[PER_ORG + m] = _finite(result.mean)
-                scores[f"{PER_ORG}{m}_undefined_topics"] = result.undefined_topics
-            entry["organisations"][org] = scores
-        per_model[name] = entry
+            result = by_org[org][m][name]
+            scores[PER_ORG + m] = _finite(result.mean)
+            scores[f"{PER_ORG}{m}_undefined_topics"] = result.undefined_topics
+        entry["organisations"][org] = scores
+    return entry
 
+
+def _scenarios(per_model: dict[str, Any], organisations: list[str], measures: list[str]) -> dict[str, Any]:
+    """The scenarios' headline values, each with what it covers: the federated and centralized
+    models' pooled values and per-organisation means, and the local models' means."""
     org_metrics = ["perplexity", "macro_f1", "topic_coverage", *(PER_ORG + m for m in measures)]
     model_metrics = [*measures, "topic_diversity"]
     scenarios: dict[str, Any] = {}
@@ -307,25 +370,7 @@ def summarise(
             )
             for m in org_metrics
         }
-    metrics = {
-        "definitions": DEFINITIONS,
-        "organisations": list(organisations),
-        "coherence_candidates": {"words": len(chosen.words), "pairs": len(chosen.pairs)},
-        "scenarios": scenarios,
-        "models": per_model,
-        "n_test_documents": {org: evaluations[org]["n_test_documents"] for org in organisations},
-        "n_texts": {org: evaluations[org]["n_texts"] for org in organisations},
-        "vocabulary_size": len(vocabulary),
-        "lineage": lineage,
-    }
-    headline = headline_metrics(scenarios)
-    return (
-        metrics,
-        headline,
-        topics,
-        comparison_figure(per_model, scenarios, organisations, measures),
-        _mlflow(per_model, scenarios),
-    )
+    return scenarios
 
 
 DEFINITIONS = {
@@ -408,68 +453,10 @@ def comparison_figure(
     )
     axes = list(grid.ravel())
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    names = [s for s in ("federated", "centralized", "non_collaborative") if s in scenarios]
-    for ax, metric in zip(axes, pooled_panels, strict=False):
-        values = [scenarios[s][metric]["value"] for s in names]
-        ax.bar(range(len(names)), [v if v is not None else 0.0 for v in values], color=colours[: len(names)])
-        ticks = [
-            f"{s}\npooled, {len(organisations)} orgs"
-            if scenarios[s][metric]["kind"] == "pooled"
-            else f"non-collab.\nmean of {scenarios[s][metric]['n_organisations']}\nlocal models"
-            for s in names
-        ]
-        ax.set_xticks(range(len(names)), ticks, fontsize=7)
-        for i, v in enumerate(values):
-            ax.annotate("n/a" if v is None else f"{v:.3f}", (i, v or 0.0), ha="center", va="bottom", fontsize=7)
-        ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_title(
-            f"{metric} (pooled, all organisations' texts)" if metric != "topic_diversity" else metric, fontsize=9
-        )
-    series = {
-        "federated": (
-            "federated",
-            lambda o, m: per_model.get("federated", {}).get("organisations", {}).get(o, {}).get(m),
-        ),
-        "centralized": (
-            "centralized",
-            lambda o, m: per_model.get("centralized", {}).get("organisations", {}).get(o, {}).get(m),
-        ),
-        "own local model": (
-            "non_collaborative",
-            lambda o, m: per_model.get(f"local__{o}", {}).get("organisations", {}).get(o, {}).get(m),
-        ),
-        "other orgs' local models (mean)": (
-            "non_collaborative_on_others",
-            lambda o, m: _mean_over(
-                {
-                    p: per_model[f"local__{p}"]["organisations"][o].get(m)
-                    for p in organisations
-                    if p != o and f"local__{p}" in per_model
-                }
-            )["value"],
-        ),
-    }
-    x = np.arange(len(organisations) + 1)
-    width = 0.8 / len(series)
-    covers_notes: list[str] = []
-    for ax, metric in zip(axes[len(pooled_panels) :], org_panels, strict=False):
-        for i, (label, (scenario, get)) in enumerate(series.items()):
-            values = [get(o, metric) for o in organisations]
-            mean = scenarios.get(scenario, {}).get(metric)
-            values.append(mean["value"] if mean else None)
-            heights = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
-            ax.bar(x + i * width, heights, width, label=label, color=colours[i])
-            if mean and mean["left_out"]:
-                covers_notes.append(f"{metric}, {scenario}: mean over {_covers_label(mean)}")
-        ax.set_xticks(
-            x + width * (len(series) - 1) / 2,
-            [*organisations, "scenario mean\n(orgs with a value)"],
-            rotation=30,
-            ha="right",
-            fontsize=7,
-        )
-        ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_title(metric + (" (lower is better)" if metric == "perplexity" else ""), fontsize=9)
+    _pooled_panels(axes, pooled_panels, scenarios, organisations, colours)
+    covers_notes = _organisation_panels(
+        axes[len(pooled_panels) :], org_panels, per_model, scenarios, organisations, colours
+    )
     legend = axes[len(pooled_panels) + len(org_panels)]
     legend.axis("off")
     legend.legend(
@@ -494,3 +481,82 @@ def comparison_figure(
     )
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
+
+
+def _pooled_panels(
+    axes: list[Any], panels: list[str], scenarios: Mapping[str, Any], organisations: list[str], colours: list[str]
+) -> None:
+    """One bar per scenario of each pooled metric, labelled with what its value covers."""
+    names = [s for s in ("federated", "centralized", "non_collaborative") if s in scenarios]
+    for ax, metric in zip(axes, panels, strict=False):
+        values = [scenarios[s][metric]["value"] for s in names]
+        ax.bar(range(len(names)), [v if v is not None else 0.0 for v in values], color=colours[: len(names)])
+        ticks = [
+            f"{s}\npooled, {len(organisations)} orgs"
+            if scenarios[s][metric]["kind"] == "pooled"
+            else f"non-collab.\nmean of {scenarios[s][metric]['n_organisations']}\nlocal models"
+            for s in names
+        ]
+        ax.set_xticks(range(len(names)), ticks, fontsize=7)
+        for i, v in enumerate(values):
+            ax.annotate("n/a" if v is None else f"{v:.3f}", (i, v or 0.0), ha="center", va="bottom", fontsize=7)
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_title(
+            f"{metric} (pooled, all organisations' texts)" if metric != "topic_diversity" else metric, fontsize=9
+        )
+
+
+def _organisation_panels(
+    axes: list[Any],
+    panels: list[str],
+    per_model: Mapping[str, Any],
+    scenarios: Mapping[str, Any],
+    organisations: list[str],
+    colours: list[str],
+) -> list[str]:
+    """Per organisation and metric, each kind of model's score and the scenario mean; returns the
+    notes on means that cover only some organisations."""
+
+    def of(model: str) -> Any:
+        return lambda o, m: per_model.get(model, {}).get("organisations", {}).get(o, {}).get(m)
+
+    series = {
+        "federated": ("federated", of("federated")),
+        "centralized": ("centralized", of("centralized")),
+        "own local model": (
+            "non_collaborative",
+            lambda o, m: per_model.get(f"local__{o}", {}).get("organisations", {}).get(o, {}).get(m),
+        ),
+        "other orgs' local models (mean)": (
+            "non_collaborative_on_others",
+            lambda o, m: _mean_over(
+                {
+                    p: per_model[f"local__{p}"]["organisations"][o].get(m)
+                    for p in organisations
+                    if p != o and f"local__{p}" in per_model
+                }
+            )["value"],
+        ),
+    }
+    x = np.arange(len(organisations) + 1)
+    width = 0.8 / len(series)
+    covers_notes: list[str] = []
+    for ax, metric in zip(axes, panels, strict=False):
+        for i, (label, (scenario, get)) in enumerate(series.items()):
+            values = [get(o, metric) for o in organisations]
+            mean = scenarios.get(scenario, {}).get(metric)
+            values.append(mean["value"] if mean else None)
+            heights = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
+            ax.bar(x + i * width, heights, width, label=label, color=colours[i])
+            if mean and mean["left_out"]:
+                covers_notes.append(f"{metric}, {scenario}: mean over {_covers_label(mean)}")
+        ax.set_xticks(
+            x + width * (len(series) - 1) / 2,
+            [*organisations, "scenario mean\n(orgs with a value)"],
+            rotation=30,
+            ha="right",
+            fontsize=7,
+        )
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_title(metric + (" (lower is better)" if metric == "perplexity" else ""), fontsize=9)
+    return covers_notes

@@ -87,15 +87,9 @@ def train_pctd(
         # the paper's Fig. 3 compares each party under the same mechanism: alone, with the federation's noise
         noisy = train_scenarios(data, config.replace(scenarios=("non_collaborative",)), vocabulary=common_vocabulary)
         models.update({name.replace("local__", "local_dp__"): model for name, model in noisy.items()})
-    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
+    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)  # epsilon series too
     for name, model in models.items():
-        privacy = privacy_of(model.config, len(model.history))
-        history[name]["privacy"] = privacy
-        series = [
-            {"value": r.metrics["epsilon_rdp"], "step": r.round} for r in model.history if "epsilon_rdp" in r.metrics
-        ]
-        if series:
-            mlflow[f"{name}.epsilon_rdp"] = series
+        history[name]["privacy"] = privacy_of(model.config, len(model.history))
     return models, history, mlflow
 
 

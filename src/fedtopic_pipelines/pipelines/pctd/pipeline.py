@@ -50,67 +50,6 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
     and the common vocabulary with its summed counts. Only the report's counts, in training
     noisy statistics, and the evaluation's sums leave an organisation; the server's training
     nodes simulate the federation in process (docs/pctd.md)."""
-    training = private_of_each(organisations, "pctd_train")
-    evaluations = sent_by_each(organisations, "pctd_evaluation")
-    server = Pipeline(
-        [
-            Node(
-                train_pctd,
-                inputs={
-                    "params": "params:pctd",
-                    "organisations": "params:organisations",
-                    "preprocess_params": "params:preprocess",
-                    "consensus_params": "params:vocab_consensus",
-                    "common_vocabulary": "common_vocabulary",
-                    **training,
-                },
-                outputs=["pctd_models", "pctd_history", "pctd_training_mlflow"],
-                name="train_pctd",
-            ),
-            Node(
-                train_pctd_baselines,
-                inputs={"params": "params:pctd", "organisations": "params:organisations", **training},
-                outputs="pctd_baselines",
-                name="train_pctd_baselines",
-            ),
-            Node(
-                train_pctd_sweeps,
-                inputs={
-                    "params": "params:pctd",
-                    "organisations": "params:organisations",
-                    "common_vocabulary": "common_vocabulary",
-                    **training,
-                },
-                outputs="pctd_figure_models",
-                name="train_pctd_sweeps",
-            ),
-            Node(
-                evaluate_pctd,
-                inputs={
-                    "models": "pctd_models",
-                    "baselines": "pctd_baselines",
-                    "params": "params:pctd",
-                    "organisations": "params:organisations",
-                    "common_vocabulary": "common_vocabulary",
-                    **evaluations,
-                },
-                outputs=["pctd_metrics", "pctd_fig3", "pctd_metrics_mlflow"],
-                name="evaluate_pctd",
-            ),
-            Node(
-                pctd_figures,
-                inputs={
-                    "figure_models": "pctd_figure_models",
-                    "params": "params:pctd",
-                    "organisations": "params:organisations",
-                    "common_vocabulary": "common_vocabulary",
-                    **evaluations,
-                },
-                outputs=["pctd_sweeps", "pctd_figures", "pctd_sweeps_mlflow"],
-                name="pctd_figures",
-            ),
-        ]
-    )
     sites = inside_each(
         organisations,
         _organisation_site,
@@ -121,4 +60,62 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
         parameters={"pctd", "organisations"},
         sends=["pctd_report", "pctd_evaluation"],
     )
-    return sites + server
+    return sites + _training(organisations) + _summaries(organisations)
+
+
+def _training(organisations: list[str]) -> Pipeline:
+    """The server's training nodes (the boundary's allow-list: the in-process simulation and the
+    baselines read the organisations' training documents)."""
+    training = private_of_each(organisations, "pctd_train")
+    run = {"params": "params:pctd", "organisations": "params:organisations"}
+    return Pipeline(
+        [
+            Node(
+                train_pctd,
+                inputs={
+                    **run,
+                    "preprocess_params": "params:preprocess",
+                    "consensus_params": "params:vocab_consensus",
+                    "common_vocabulary": "common_vocabulary",
+                    **training,
+                },
+                outputs=["pctd_models", "pctd_history", "pctd_training_mlflow"],
+                name="train_pctd",
+            ),
+            Node(
+                train_pctd_baselines, inputs={**run, **training}, outputs="pctd_baselines", name="train_pctd_baselines"
+            ),
+            Node(
+                train_pctd_sweeps,
+                inputs={**run, "common_vocabulary": "common_vocabulary", **training},
+                outputs="pctd_figure_models",
+                name="train_pctd_sweeps",
+            ),
+        ]
+    )
+
+
+def _summaries(organisations: list[str]) -> Pipeline:
+    """The server's sums of what the organisations sent: the main models' metrics and the figures."""
+    sent = {
+        "params": "params:pctd",
+        "organisations": "params:organisations",
+        "common_vocabulary": "common_vocabulary",
+        **sent_by_each(organisations, "pctd_evaluation"),
+    }
+    return Pipeline(
+        [
+            Node(
+                evaluate_pctd,
+                inputs={"models": "pctd_models", "baselines": "pctd_baselines", **sent},
+                outputs=["pctd_metrics", "pctd_fig3", "pctd_metrics_mlflow"],
+                name="evaluate_pctd",
+            ),
+            Node(
+                pctd_figures,
+                inputs={"figure_models": "pctd_figure_models", **sent},
+                outputs=["pctd_sweeps", "pctd_figures", "pctd_sweeps_mlflow"],
+                name="pctd_figures",
+            ),
+        ]
+    )

@@ -49,9 +49,20 @@ def train_models(
             f"it trains with `kedro run --pipeline={pipeline}` from the '{pipeline}.train' block (docs/{pipeline}.md)"
         )
     matrices = training_matrices(config, organisations, common_vocabulary, inputs)
-    models, runs = run_scenarios(
-        config, organisations, preprocess_params, consensus_params, common_vocabulary, matrices
-    )
+    return train_recorded(config, organisations, preprocess_params, consensus_params, common_vocabulary, matrices)
+
+
+def train_recorded(
+    config: TrainConfig,
+    organisations: list[str],
+    preprocess_params: dict[str, Any],
+    consensus_params: dict[str, Any],
+    common_vocabulary: pd.DataFrame,
+    data: dict[str, Any],
+) -> tuple[dict[str, TrainedModel], dict[str, Any], dict[str, Any]]:
+    """Every configured scenario (:func:`run_scenarios`), with the history and the MLflow series
+    (:func:`training_histories`): the body every training node shares."""
+    models, runs = run_scenarios(config, organisations, preprocess_params, consensus_params, common_vocabulary, data)
     history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
     return models, history, mlflow
 

@@ -50,7 +50,20 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             ),
         ]
     )
-    site = Pipeline(
+    sites = inside_each(
+        organisations,
+        _site(),
+        inputs={"vocabulary": "common_vocabulary", "vocabulary_request": "vocabulary_request"},
+        parameters={"vocab_consensus", "privacy"},
+        sends=["vocabulary_proposal", "vocabulary_reveal", "vectorize_report"],
+    )
+    return server + sites
+
+
+def _site() -> Pipeline:
+    """Inside an organisation: its proposal from its own counts, the terms of the digests the
+    server kept, and its bag of words over the common vocabulary."""
+    return Pipeline(
         [
             Node(
                 propose_vocabulary,
@@ -72,11 +85,3 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
             ),
         ]
     )
-    sites = inside_each(
-        organisations,
-        site,
-        inputs={"vocabulary": "common_vocabulary", "vocabulary_request": "vocabulary_request"},
-        parameters={"vocab_consensus", "privacy"},
-        sends=["vocabulary_proposal", "vocabulary_reveal", "vectorize_report"],
-    )
-    return server + sites

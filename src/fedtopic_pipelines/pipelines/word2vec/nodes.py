@@ -23,7 +23,7 @@ from fedtopic_pipelines.core.families.word2vec import Sentences, gensim_referenc
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.shards import iter_frames
-from fedtopic_pipelines.pipelines.train.nodes import run_scenarios, training_histories
+from fedtopic_pipelines.pipelines.train.nodes import train_recorded
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,9 @@ def train_word2vec(
     full history (with the bytes each round's updates carried) and the series for MLflow."""
     config = from_mapping(Word2VecRunConfig, params, "word2vec").train
     data = {org: sentences[org] for org in organisations}
-    models, runs = run_scenarios(config, organisations, preprocess_params, consensus_params, common_vocabulary, data)
-    history, mlflow = training_histories(models, runs, organisations, config.mlflow_every)
+    models, history, mlflow = train_recorded(
+        config, organisations, preprocess_params, consensus_params, common_vocabulary, data
+    )
     for name, model in models.items():
         kept = [r for r in model.history if r.round % config.mlflow_every == 0 or r is model.history[-1]]
         for metric in ("bytes_sent", "bytes_dense", "bytes_ratio"):
