@@ -341,7 +341,7 @@ def run_method(
         model, facts = train_nmf(method, run, topics, train, vocabulary, curve, progress)
         fitted = Fitted("nmf_sgd", model, model.topic_word().numpy())
     seconds = time.perf_counter() - start
-    key = _model_key(method, topics)
+    key = model_key(method, topics)
     snapshots = {
         f"{key}@{int(p['round'])}": Fitted("nmf_sgd", p["model"], p["model"].topic_word().numpy())
         for p in facts["curve"]
@@ -375,7 +375,8 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def _model_key(method: str, topics: int) -> str:
+def model_key(method: str, topics: int) -> str:
+    """A model's name in the sweep's tables and the organisations' scores: ``<method>-<topics>``."""
     return f"{method}-{topics}"
 
 
@@ -429,7 +430,7 @@ def run_heterogeneity(
         parts = {name: pooled[split.assignment == i] for i, name in enumerate(names)}
         for method in config.methods:
             result = run_method(method, run, config.topics, parts, vocabulary, None, vectors, False, progress)
-            key = f"heterogeneity:{alpha:g}:{k}:{_model_key(method, config.topics)}"
-            models[key] = result.models[_model_key(method, config.topics)]
+            key = f"heterogeneity:{alpha:g}:{k}:{model_key(method, config.topics)}"
+            models[key] = result.models[model_key(method, config.topics)]
             rows.append({"alpha": alpha, "clients": k, "key": key, **result.row()})
     return rows, models

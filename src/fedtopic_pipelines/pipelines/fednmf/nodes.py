@@ -42,17 +42,20 @@ from fedtopic_pipelines.core.shards import as_frame
 from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 from fedtopic_pipelines.experiments.config import FEDERATED_NMF_METHODS, FedNMFRunConfig
-from fedtopic_pipelines.experiments.fednmf import Fitted, organisation_scores, rule_of, run_heterogeneity, run_sweep
+from fedtopic_pipelines.experiments.fednmf import (
+    Fitted,
+    model_key,
+    organisation_scores,
+    rule_of,
+    run_heterogeneity,
+    run_sweep,
+)
 from fedtopic_pipelines.parameters import with_privacy
 
 logger = logging.getLogger(__name__)
 
 NPMI = "c_npmi"
 COLOURS = {"fedavg": "tab:red", "fedadagrad": "tab:blue", "fedadam": "tab:green", "fedyogi": "tab:purple"}
-
-
-def _model_key(method: str, topics: int) -> str:
-    return f"{method}-{topics}"
 
 
 def run_fednmf(
@@ -89,7 +92,7 @@ def run_fednmf(
     candidates = CoherenceCandidates.from_topics(t for topics in top.values() for t in topics)
     rows = []
     for r in results:
-        key = _model_key(r.method, r.topics)
+        key = model_key(r.method, r.topics)
         rows.append({**r.row(), "key": key, "top_words": top[key]})
     sweep = {
         "organisations": list(organisations),
@@ -224,7 +227,7 @@ def _mlflow_runs(runs: pd.DataFrame, tables: dict[str, pd.DataFrame], figures: d
     return {
         "runs": [
             {
-                "name": _model_key(r["method"], r["topics"]),
+                "name": model_key(r["method"], r["topics"]),
                 "params": {"method": r["method"], "topics": r["topics"], "rule": rule_of(r["method"]) or "centralized"},
                 "metrics": {
                     k: float(r[k])
