@@ -50,6 +50,14 @@ def trained_by(pipeline: str) -> list[str]:
     return [tag for tag, cls in MODEL_CONFIGS.items() if pipeline in cls.capabilities.pipelines]
 
 
+def check_trained_by(pipeline: str, model: FamilyConfig) -> None:
+    """Refuse a run block of ``pipeline`` whose ``train.model`` is of a family it does not train."""
+    if pipeline not in model.capabilities.pipelines:
+        raise ValueError(
+            f"'{pipeline}.train.model.family' is {model.family!r}; this pipeline trains {trained_by(pipeline)}"
+        )
+
+
 def _model_config(value: Any) -> FamilyConfig:
     """``train.model``: the config model of the block's ``family`` (default ProdLDA's), looked up
     when the block is validated, so a family registered later is known."""

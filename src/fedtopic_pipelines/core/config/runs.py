@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from fedtopic_pipelines.core.config.aggregation import OptimizerConfig
 from fedtopic_pipelines.core.config.base import ConfigModel, PositiveInt
 from fedtopic_pipelines.core.config.evaluate import WordVectorsEvaluateConfig
-from fedtopic_pipelines.core.config.registry import trained_by
+from fedtopic_pipelines.core.config.registry import check_trained_by
 from fedtopic_pipelines.core.config.train import TrainConfig
 from fedtopic_pipelines.core.config.word2vec import Word2VecConfig
 
@@ -33,11 +33,7 @@ class Word2VecRunConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _word_family(self) -> Self:
-        if "word2vec" not in self.train.model.capabilities.pipelines:
-            raise ValueError(
-                f"'word2vec.train.model.family' is {self.train.model.family!r}; "
-                f"this pipeline trains {trained_by('word2vec')}"
-            )
+        check_trained_by("word2vec", self.train.model)
         return self
 
 
