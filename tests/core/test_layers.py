@@ -50,7 +50,7 @@ PLANTED = {
         "core imports one way down BROKEN",
     ),
     "kedro": (
-        "core/config.py",
+        "core/config/base.py",
         "\nimport kedro  # noqa: F401\n",
         "core imports neither kedro, flwr, mlflow nor the glue around it BROKEN",
     ),

@@ -1,6 +1,6 @@
 """Run configurations of the papers' experiments: the ``fednmf``, ``pctd`` and ``synthetic`` blocks.
 
-Built from the library's models (``core/config.py``: :class:`ConfigModel`, strict parsing
+Built from the library's models (``core/config/``: :class:`ConfigModel`, strict parsing
 with :func:`from_mapping`, :class:`TrainConfig`, the generator's config); what each block
 means is documented with its pipeline (docs/fednmf.md, docs/pctd.md, docs/synthetic.md).
 This module imports pydantic and ``core.config`` only, so validating the parameters
@@ -34,8 +34,9 @@ from fedtopic_pipelines.core.config import (
     Seed,
     SyntheticGeneratorConfig,
     TrainConfig,
+    check_distinct,
+    check_trained_by,
     from_mapping,
-    trained_by,
 )
 
 # FedNMF+MI's experiments (seed 004 Tables III-IV, Figs. 2-4) ------------------------------
@@ -46,10 +47,13 @@ FederatedNMFMethod = Literal[FEDERATED_NMF_METHODS]  # type: ignore[valid-type]
 TopicCount = Annotated[int, Field(ge=2)]
 
 
-class LDABaselineConfig(ConfigModel):
-    """gensim ``LdaModel`` for the LDA and FedLDA rows: batch passes (one M-step per pass)."""
+class LDAConfig(ConfigModel):
+    """gensim ``LdaModel`` baselines, ``fednmf.lda`` (the LDA and FedLDA rows) and ``pctd.lda``
+    (pooled and per party): batch passes (one M-step per pass) of at most ``iterations``
+    E-step iterations per document. ``chunksize``: documents per E-step chunk of FedNMF's
+    rows; PC-TD's baselines always take every document in one chunk and do not read it."""
 
-    block: ClassVar[str] = "fednmf.lda"
+    block: ClassVar[str] = "lda"
 
     passes: PositiveInt = 10
     iterations: PositiveInt = 50
@@ -122,21 +126,16 @@ class FedNMFRunConfig(ConfigModel):
     train: TrainConfig = Field(default_factory=_default_nmf_train)
     centralized_rounds: PositiveInt | None = None
     sklearn_max_iter: PositiveInt = 200
-    lda: LDABaselineConfig = Field(default_factory=LDABaselineConfig)
+    lda: LDAConfig = Field(default_factory=LDAConfig)
     evaluate: FedNMFEvaluateConfig = Field(default_factory=FedNMFEvaluateConfig)
     heterogeneity: HeterogeneityConfig = Field(default_factory=HeterogeneityConfig)
     seed: Seed = 42
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if "fednmf" not in self.train.model.capabilities.pipelines:
-            raise ValueError(
-                f"'fednmf.train.model.family' is {self.train.model.family!r}; "
-                f"this pipeline trains {trained_by('fednmf')}"
-            )
-        for name, values in (("topics", self.topics), ("methods", self.methods)):
-            if len(set(values)) != len(values):
-                raise ValueError(f"'fednmf.{name}' repeats a value: {list(values)}")
+        check_trained_by("fednmf", self.train.model)
+        check_distinct(self.topics, "fednmf.topics")
+        check_distinct(self.methods, "fednmf.methods")
         curve = self.evaluate.curve_topics
         if curve is not None and curve not in self.topics:
             raise ValueError(
@@ -159,8 +158,7 @@ class SweepConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _distinct(self) -> Self:
-        if len(set(self.values)) != len(self.values):
-            raise ValueError(f"'synthetic.sweeps.{self.name}.values' repeats a value: {list(self.values)}")
+        check_distinct(self.values, f"synthetic.sweeps.{self.name}.values")
         return self
 
 
@@ -237,15 +235,6 @@ class SweepPoint:
 
 
 # PC-TD's experiments (seed 002 Figs. 2-4) -------------------------------------------------
-class PCTDLDAConfig(ConfigModel):
-    """gensim ``LdaModel`` baselines (pooled and per party): batch passes."""
-
-    block: ClassVar[str] = "pctd.lda"
-
-    passes: PositiveInt = 10
-    iterations: PositiveInt = 50
-
-
 class PCTDRunConfig(ConfigModel):
     """The ``pctd`` block: the main training (a ``train`` block of ``family: pctd``; its
     scenarios: federated with its noise, centralized and each party alone without noise,
@@ -260,17 +249,14 @@ class PCTDRunConfig(ConfigModel):
     sigmas: tuple[NonNegativeFloat, ...] = (0.0, 0.25, 1.0, 4.0, 16.0)
     topics: tuple[TopicCount, ...] = (5, 10, 20, 30)
     curve_points: PositiveInt = 10
-    lda: PCTDLDAConfig = Field(default_factory=PCTDLDAConfig)
+    lda: LDAConfig = Field(default_factory=LDAConfig)
     top_words: TopicCount = 10
     diversity_words: TopicCount = 25
     seed: Seed = 42
 
     @model_validator(mode="after")
     def _pctd_family(self) -> Self:
-        if "pctd" not in self.train.model.capabilities.pipelines:
-            raise ValueError(
-                f"'pctd.train.model.family' is {self.train.model.family!r}; this pipeline trains {trained_by('pctd')}"
-            )
+        check_trained_by("pctd", self.train.model)
         if self.train.max_steps is None:
             raise ValueError("'pctd.train.max_steps' must be set: T, the iterations the accountant composes")
         return self
