@@ -84,6 +84,30 @@ def infer_theta(model: TrainedModel, bow: sp.csr_matrix, n_samples: int, seed: i
     return np.vstack(parts)
 
 
+def _score_model(
+    name: str,
+    model: TrainedModel,
+    theta: np.ndarray,
+    theta_true: np.ndarray,
+    vocabulary: list[str],
+    corpus: SyntheticCorpus,
+) -> dict[str, Any]:
+    """One model's row: DSS of its inferred mixtures, TSS of its topics (in the generator's term order), its run."""
+    beta = align_topics(model.to_model("cpu").topic_word().double().numpy(), vocabulary, corpus.vocabulary)
+    return {
+        "model": name,
+        "scenario": model.scenario,
+        "dss": dss(theta_true, theta),
+        "tss": tss(corpus.beta, beta),
+        "steps": len(model.history),
+        "best_step": None if model.best_round is None else model.best_round + 1,
+        "stopped_early": model.stopped_early,
+        "final_validation_loss": next(
+            (r.validation_loss for r in reversed(model.history) if r.validation_loss is not None), None
+        ),
+    }
+
+
 def run_point(config: SyntheticExperimentConfig, point: SweepPoint, progress: bool = True) -> PointResult:
     """Generate, train and score one sweep point; returns one row per scenario."""
     seed = point.seed(config)
@@ -108,21 +132,7 @@ def run_point(config: SyntheticExperimentConfig, point: SweepPoint, progress: bo
     rows = []
     for name, model in models.items():
         theta = infer_theta(model, all_validation, config.inference_samples, derive_seed(seed, 5000))
-        beta = align_topics(model.to_model("cpu").topic_word().double().numpy(), vocabulary, corpus.vocabulary)
-        rows.append(
-            {
-                "model": name,
-                "scenario": model.scenario,
-                "dss": dss(theta_true, theta),
-                "tss": tss(corpus.beta, beta),
-                "steps": len(model.history),
-                "best_step": None if model.best_round is None else model.best_round + 1,
-                "stopped_early": model.stopped_early,
-                "final_validation_loss": next(
-                    (r.validation_loss for r in reversed(model.history) if r.validation_loss is not None), None
-                ),
-            }
-        )
+        rows.append(_score_model(name, model, theta, theta_true, vocabulary, corpus))
     timings["score_s"] = time.perf_counter() - start
     common = {
         "parameter": point.parameter,

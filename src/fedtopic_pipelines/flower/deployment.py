@@ -75,15 +75,8 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
-def make_certificates(folder: Path) -> dict[str, Path]:
-    """CA and SuperLink certificate (SAN 127.0.0.1, localhost), unless already there."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {n: folder / f"{n}" for n in ("ca.key", "ca.crt", "server.key", "server.csr", "server.crt")}
-    if paths["server.crt"].is_file() and paths["ca.crt"].is_file():
-        return paths
-    ext = folder / "server.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nkeyUsage=digitalSignature,keyEncipherment\n")
-    openssl = shutil.which("openssl") or "openssl"
+def _make_ca(openssl: str, paths: Mapping[str, Path]) -> None:
+    """The federation's own CA (key and self-signed certificate): it signs the SuperLink's certificate."""
     _run([openssl, "genrsa", "-out", str(paths["ca.key"]), "4096"])
     _run(
         [
@@ -103,6 +96,10 @@ def make_certificates(folder: Path) -> dict[str, Path]:
             str(paths["ca.crt"]),
         ]
     )
+
+
+def _make_server_certificate(openssl: str, paths: Mapping[str, Path], ext: Path) -> None:
+    """The SuperLink's key and certificate, signed by the CA, valid for the names in ``ext``."""
     _run([openssl, "genrsa", "-out", str(paths["server.key"]), "4096"])
     _run(
         [
@@ -138,6 +135,19 @@ def make_certificates(folder: Path) -> dict[str, Path]:
             str(ext),
         ]
     )
+
+
+def make_certificates(folder: Path) -> dict[str, Path]:
+    """CA and SuperLink certificate (SAN 127.0.0.1, localhost), unless already there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {n: folder / f"{n}" for n in ("ca.key", "ca.crt", "server.key", "server.csr", "server.crt")}
+    if paths["server.crt"].is_file() and paths["ca.crt"].is_file():
+        return paths
+    ext = folder / "server.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nkeyUsage=digitalSignature,keyEncipherment\n")
+    openssl = shutil.which("openssl") or "openssl"
+    _make_ca(openssl, paths)
+    _make_server_certificate(openssl, paths, ext)
     return paths
 
 

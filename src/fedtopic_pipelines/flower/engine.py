@@ -60,6 +60,76 @@ def _pull(grid: Grid, message_id: str, done: queue.SimpleQueue) -> None:
         done.put((message_id, [], exc))
 
 
+class _Pulls:
+    """One exchange's replies: those in, those being pulled, whose turn is next, and why nodes failed.
+
+    A separate object per exchange: its queue is read by it alone, so a late pull writes where no one reads.
+    """
+
+    def __init__(self, node_of: dict[str, int], missing: dict[int, str]) -> None:
+        self.node_of = node_of
+        self.missing = missing
+        self.replies: dict[int, Message] = {}
+        self.pending = set(node_of)
+        self.turns = collections.deque(node_of)  # whose reply is pulled next
+        self.pulling: set[str] = set()  # message ids whose reply a pull is fetching
+        self.done: queue.SimpleQueue = queue.SimpleQueue()  # this exchange's only: late pulls write where no one reads
+
+    def take(self, result: tuple[str, list[Message], BaseException | None]) -> None:
+        """Count one finished pull: its replies, or its node's failure (a stopped run ends the exchange)."""
+        message_id, pulled, error = result
+        self.pulling.discard(message_id)
+        if error is not None:
+            if isinstance(error, RunNotRunningException) or not isinstance(error, Exception):
+                raise error  # the run was stopped (or the process is exiting): nothing more to pull
+            # anything else (an object its node uploaded that does not inflate, a transport
+            # error) is that node's failure for this exchange, not the end of the run
+            self.pending.discard(message_id)
+            self.missing[self.node_of[message_id]] = f"its reply could not be pulled: {type(error).__name__}: {error}"
+            return
+        for reply in pulled:
+            mid = reply.metadata.reply_to_message_id
+            if mid in self.pending:
+                self.pending.discard(mid)
+                self.replies[self.node_of[mid]] = reply
+
+    def next_turn(self) -> str | None:
+        """The next message id in turn whose reply is neither in nor being pulled, if any."""
+        for _ in range(len(self.turns)):
+            mid = self.turns.popleft()
+            if mid not in self.pending:
+                continue  # answered: out of the rotation
+            self.turns.append(mid)
+            if mid not in self.pulling:
+                return mid
+        return None
+
+    def collect(self, grid: Grid, start: float, deadline: float, poll_s: float) -> None:
+        """Start one pull every ``poll_s`` and take what they bring until all replies are in or ``deadline``."""
+        next_pull = start
+        while self.pending:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now >= next_pull and (mid := self.next_turn()) is not None:
+                self.pulling.add(mid)
+                threading.Thread(
+                    target=_pull, args=(grid, mid, self.done), daemon=True, name="fedtopic-pull-reply"
+                ).start()
+                next_pull = now + poll_s
+                continue
+            wake = next_pull if len(self.pulling) < len(self.pending) else deadline  # all pulled: wait for one to end
+            try:
+                self.take(self.done.get(timeout=max(0.0, min(wake, deadline) - now)))
+            except queue.Empty:
+                continue
+        while self.pending and self.pulling:  # pulls that ended by now count; the others are left behind
+            try:
+                self.take(self.done.get_nowait())
+            except queue.Empty:
+                break
+
+
 def exchange(
     grid: Grid, messages: list[Message], timeout_s: float, poll_s: float = 0.01
 ) -> tuple[dict[int, Message], dict[int, str]]:
@@ -97,64 +167,13 @@ def exchange(
     nodes = [m.metadata.dst_node_id for m in messages]
     ids = list(grid.push_messages(messages))
     start = time.monotonic()  # the nodes have timeout_s from when their messages are on the SuperLink
-    deadline = start + timeout_s
-    node_of = {mid: node for mid, node in zip(ids, nodes, strict=True) if mid}
-    missing = {node: "the SuperLink did not store the message" for node, mid in zip(nodes, ids, strict=True) if not mid}
-    replies: dict[int, Message] = {}
-    pending = set(node_of)
-    turns = collections.deque(node_of)  # whose reply is pulled next
-    pulling: set[str] = set()  # message ids whose reply a pull is fetching
-    done: queue.SimpleQueue = queue.SimpleQueue()  # this exchange's only: late pulls write where no one reads
-    next_pull = start
-
-    def take(result: tuple[str, list[Message], BaseException | None]) -> None:
-        message_id, pulled, error = result
-        pulling.discard(message_id)
-        if error is not None:
-            if isinstance(error, RunNotRunningException) or not isinstance(error, Exception):
-                raise error  # the run was stopped (or the process is exiting): nothing more to pull
-            # anything else (an object its node uploaded that does not inflate, a transport
-            # error) is that node's failure for this exchange, not the end of the run
-            pending.discard(message_id)
-            missing[node_of[message_id]] = f"its reply could not be pulled: {type(error).__name__}: {error}"
-            return
-        for reply in pulled:
-            mid = reply.metadata.reply_to_message_id
-            if mid in pending:
-                pending.discard(mid)
-                replies[node_of[mid]] = reply
-
-    def next_turn() -> str | None:
-        for _ in range(len(turns)):
-            mid = turns.popleft()
-            if mid not in pending:
-                continue  # answered: out of the rotation
-            turns.append(mid)
-            if mid not in pulling:
-                return mid
-        return None
-
-    while pending:
-        now = time.monotonic()
-        if now >= deadline:
-            break
-        if now >= next_pull and (mid := next_turn()) is not None:
-            pulling.add(mid)
-            threading.Thread(target=_pull, args=(grid, mid, done), daemon=True, name="fedtopic-pull-reply").start()
-            next_pull = now + poll_s
-            continue
-        wake = next_pull if len(pulling) < len(pending) else deadline  # all pulled: wait for one to end
-        try:
-            take(done.get(timeout=max(0.0, min(wake, deadline) - now)))
-        except queue.Empty:
-            continue
-    while pending and pulling:  # pulls that ended by now count; the others are left behind
-        try:
-            take(done.get_nowait())
-        except queue.Empty:
-            break
-    missing.update({node_of[mid]: f"no reply within {timeout_s:g} s" for mid in pending})
-    return replies, missing
+    pulls = _Pulls(
+        {mid: node for mid, node in zip(ids, nodes, strict=True) if mid},
+        {node: "the SuperLink did not store the message" for node, mid in zip(nodes, ids, strict=True) if not mid},
+    )
+    pulls.collect(grid, start, start + timeout_s, poll_s)
+    pulls.missing.update({pulls.node_of[mid]: f"no reply within {timeout_s:g} s" for mid in pulls.pending})
+    return pulls.replies, pulls.missing
 
 
 class GridEngine:

@@ -36,6 +36,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import psutil
@@ -196,6 +197,39 @@ def _client_app(run, fab):
         return app
 
 
+def _pull_task_message(client: Any, context: Any) -> Any:
+    """The claimed task's message, arrays included, waiting for the SuperNode to store it (as Flower's pull does)."""
+    from flwr.app import Message
+    from flwr.proto.node_pb2 import Node
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+        make_confirm_message_received_fn_protobuf,
+        make_pull_object_fn_protobuf,
+    )
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+
+    pulled = None
+    for _ in range(2000):  # the SuperNode creates the task just before it stores the message
+        pulled = client.PullMessages(PullAppMessagesRequest())
+        if pulled.messages_list:
+            break
+        time.sleep(0.005)
+    if pulled is None or not pulled.messages_list:
+        raise RuntimeError("the SuperNode gave a task without a message")
+    tree = pulled.message_object_trees[0]
+    node = Node(node_id=context.node_id)
+    message = pull_and_inflate_object_from_tree(
+        tree,
+        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
+        return_type=Message,
+        initial_backoff=0.01,  # the SuperNode stores the arrays as it receives them: look again soon
+        backoff_cap=1.0,
+    )
+    message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's pull_task_input does
+    return message
+
+
 def run_task(address: str, token: str) -> None:
     """One claimed ClientApp task: the steps of Flower's ``run_clientapp``, in this process.
 
@@ -208,14 +242,8 @@ def run_task(address: str, token: str) -> None:
     from flwr.clientapp.client_app import LoadClientAppError
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
-    from flwr.proto.node_pb2 import Node
-    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.proto.runtime_pb2 import PullTaskInputRequest
     from flwr.supercore.heartbeat import HeartbeatSender
-    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
-        make_confirm_message_received_fn_protobuf,
-        make_pull_object_fn_protobuf,
-    )
-    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
     from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
     claimed = time.monotonic()
@@ -228,25 +256,7 @@ def run_task(address: str, token: str) -> None:
     try:
         task = client.PullTaskInput(PullTaskInputRequest())
         context, run, fab = context_from_proto(task.context), run_from_proto(task.run), fab_from_proto(task.fab)
-        pulled = None
-        for _ in range(2000):  # the SuperNode creates the task just before it stores the message
-            pulled = client.PullMessages(PullAppMessagesRequest())
-            if pulled.messages_list:
-                break
-            time.sleep(0.005)
-        if pulled is None or not pulled.messages_list:
-            raise RuntimeError("the SuperNode gave a task without a message")
-        tree = pulled.message_object_trees[0]
-        node = Node(node_id=context.node_id)
-        message = pull_and_inflate_object_from_tree(
-            tree,
-            make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
-            make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
-            return_type=Message,
-            initial_backoff=0.01,  # the SuperNode stores the arrays as it receives them: look again soon
-            backoff_cap=1.0,
-        )
-        message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's pull_task_input does
+        message = _pull_task_message(client, context)
         received = time.monotonic()
         app = _client_app(run, fab)
         reply = app(message=message, context=context)

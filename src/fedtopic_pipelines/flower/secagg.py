@@ -399,6 +399,30 @@ def _unflatten(vector: np.ndarray, meta: dict[str, Any], count: int, total: int,
     return parts[TENSORS], parts[STATISTICS], metrics, clipped
 
 
+def _run_workflow(
+    grid: Grid,
+    adapter: ExchangeGrid,
+    nodes: Mapping[int, str],
+    instruction: Instruction,
+    settings: SecAggSettings,
+    timeout_s: float,
+) -> tuple[_RoundStrategy, dict[str, int]]:
+    """Run Flower's SecAgg+ workflow for one round over ``adapter``: its strategy (replies, sum) and message counts."""
+    run = getattr(grid, "run", None)
+    run_id = int(getattr(run, "run_id", run) or 0)
+    strategy = _RoundStrategy(adapter, nodes, instruction_to_fitins(instruction), run_id)
+    context = LegacyContext(
+        Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config={}), strategy=strategy
+    )
+    context.state.config_records["config"] = ConfigRecord({"current_round": int(instruction.round)})
+    context.state.array_records["parameters"] = ArrayRecord()
+    start = time.perf_counter()
+    settings.workflow(timeout_s)(adapter, context)
+    counts = {"sent": adapter.sent, "received": adapter.received, "stages": adapter.stage}
+    logger.debug("secure round %d: %s in %.2f s", instruction.round, counts, time.perf_counter() - start)
+    return strategy, counts
+
+
 def secure_round(
     grid: Grid,
     nodes: Mapping[int, str],
@@ -418,18 +442,7 @@ def secure_round(
             "other rows); train this family without secure aggregation"
         )
     adapter = ExchangeGrid(grid, timeout_s, poll_s, exchange)
-    run = getattr(grid, "run", None)
-    run_id = int(getattr(run, "run_id", run) or 0)
-    strategy = _RoundStrategy(adapter, nodes, instruction_to_fitins(instruction), run_id)
-    context = LegacyContext(
-        Context(run_id=run_id, node_id=0, node_config={}, state=RecordDict(), run_config={}), strategy=strategy
-    )
-    context.state.config_records["config"] = ConfigRecord({"current_round": int(instruction.round)})
-    context.state.array_records["parameters"] = ArrayRecord()
-    start = time.perf_counter()
-    settings.workflow(timeout_s)(adapter, context)
-    counts = {"sent": adapter.sent, "received": adapter.received, "stages": adapter.stage}
-    logger.debug("secure round %d: %s in %.2f s", instruction.round, counts, time.perf_counter() - start)
+    strategy, counts = _run_workflow(grid, adapter, nodes, instruction, settings, timeout_s)
     contributors = {nodes[node]: fitres for node, fitres in strategy.results.items() if node in nodes}
     failures = {
         org: adapter.dropped.get(node, "secure aggregation: left out of the sum")

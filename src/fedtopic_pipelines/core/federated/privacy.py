@@ -144,6 +144,41 @@ def _delta(tensors: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Te
     return {k: t - reference[k].to(t.device) for k, t in tensors.items()}
 
 
+def _log_plan(
+    plan: DPPlan, name: str, batch_size: int, organisations: int, per_round: int, documents: Mapping[str, int] | None
+) -> None:
+    """Say the guarantee the run is planned to give: its level, clip, noise and epsilon at delta."""
+    if plan.level == "sample":
+        logger.info(
+            "%s: sample-level DP-SGD, each document's gradient clipped to %g, noise multiplier %.4g, batch %d of "
+            "the smallest organisation's %d documents (sampling %.3g) over %d rounds: epsilon %.4g (RDP) at "
+            "delta %g for one document of any organisation",
+            name,
+            plan.clip,
+            plan.sigma,
+            batch_size,
+            min(documents.values()),
+            plan.sampling,
+            plan.rounds,
+            plan.epsilon(plan.rounds)["epsilon_rdp"],
+            plan.delta,
+        )
+    else:
+        logger.info(
+            "%s: client-level DP, clip %g, noise multiplier %.4g, noise at the %s, %d of %d organisations per "
+            "round over %d rounds: epsilon %.4g (RDP) at delta %g",
+            name,
+            plan.clip,
+            plan.sigma,
+            plan.noise_at,
+            per_round,
+            organisations,
+            plan.rounds,
+            plan.epsilon(plan.rounds)["epsilon_rdp"],
+            plan.delta,
+        )
+
+
 def apply_privacy(
     server: Any, config: Any, organisations: int, name: str = "federated", documents: Mapping[str, int] | None = None
 ) -> DPPlan | None:
@@ -176,33 +211,6 @@ def apply_privacy(
             # a family's own test of an update (NMF: W >= 0) cannot hold for noisy weights; the
             # family's projection still applies to the aggregate
             strategy.check = None
-    if plan is not None and plan.level == "sample":
-        logger.info(
-            "%s: sample-level DP-SGD, each document's gradient clipped to %g, noise multiplier %.4g, batch %d of "
-            "the smallest organisation's %d documents (sampling %.3g) over %d rounds: epsilon %.4g (RDP) at "
-            "delta %g for one document of any organisation",
-            name,
-            plan.clip,
-            plan.sigma,
-            config.batch_size,
-            min(documents.values()),
-            plan.sampling,
-            plan.rounds,
-            plan.epsilon(plan.rounds)["epsilon_rdp"],
-            plan.delta,
-        )
-    elif plan is not None:
-        logger.info(
-            "%s: client-level DP, clip %g, noise multiplier %.4g, noise at the %s, %d of %d organisations per "
-            "round over %d rounds: epsilon %.4g (RDP) at delta %g",
-            name,
-            plan.clip,
-            plan.sigma,
-            plan.noise_at,
-            per_round,
-            organisations,
-            plan.rounds,
-            plan.epsilon(plan.rounds)["epsilon_rdp"],
-            plan.delta,
-        )
+    if plan is not None:
+        _log_plan(plan, name, config.batch_size, organisations, per_round, documents)
     return plan

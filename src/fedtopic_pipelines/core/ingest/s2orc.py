@@ -619,32 +619,17 @@ def _empty_files(
     return empty + [str(path) for path in pdf_parses if path.stat().st_size == 0]
 
 
-def ingest_s2orc(
+def _unit_tasks(
+    names: Sequence[str],
     files: Sequence[Path],
-    organisations: Sequence[str],
-    config: IngestS2orcConfig,
+    pairs: Sequence[Path | None],
+    work: WorkDirectory,
     work_root: Path,
-    pdf_parses: Sequence[Path] = (),
-) -> tuple[dict[str, ShardedTable], dict]:
-    """Stream ``files`` (and their batches' ``pdf_parses``) into Parquet shards per organisation under ``work_root``.
-
-    Returns each organisation's shards and the ingestion report. Units finished by an
-    earlier run with the same files and parameters are not redone (their counts and
-    shards are read from their markers), so an interrupted run resumes.
-    """
-    files, pdf_parses = [Path(p) for p in files], [Path(p) for p in pdf_parses]
-    for path in [*files, *pdf_parses]:
-        if not path.is_file():
-            raise CorpusError(f"S2ORC file '{path}' does not exist")
-    if not files:
-        raise CorpusError("no S2ORC file to ingest")
-    rules = Rules.compile(config.organisations, organisations, WHERE, config.multi_match)
-    pairs = pair_pdf_parses(files, pdf_parses)
-    work = WorkDirectory(work_root, fingerprint(files, pairs, organisations, config))
-    report = IngestReport(CORPUS, sources=[str(p) for p in [*files, *pdf_parses]])
-
-    names = [_unit_name(i, path) for i, path in enumerate(files)]
-    tasks = [
+    rules: Rules,
+    config: IngestS2orcConfig,
+) -> list[UnitTask | None]:
+    """One task per input file, None for a unit an earlier run already finished (resumed, not redone)."""
+    return [
         None
         if work.finished(name)
         else UnitTask(
@@ -660,6 +645,18 @@ def ingest_s2orc(
         )
         for name, path, pair in zip(names, files, pairs, strict=True)
     ]
+
+
+def _run_units(
+    names: Sequence[str],
+    tasks: Sequence[UnitTask | None],
+    organisations: Sequence[str],
+    config: IngestS2orcConfig,
+    work: WorkDirectory,
+    work_root: Path,
+    report: IngestReport,
+) -> dict[str, dict[str, Any]]:
+    """Process the units in input order (dedup and caps depend on it) and return each unit's marker."""
     to_do = sum(task is not None for task in tasks)
     processes = min(resolve_processes(config.processes), max(1, to_do))
     taken = dict.fromkeys(organisations, 0)
@@ -685,8 +682,11 @@ def ingest_s2orc(
             logger.debug("%s: %d records read", name, marker["documents_read"])
     finally:
         seen.close()
+    return markers
 
-    empty = _empty_files(names, files, markers, pdf_parses)
+
+def _warn_about_input(report: IngestReport, empty: list[str]) -> None:
+    """Say what was empty, duplicated, malformed or damaged; fail only when every file was empty."""
     if empty:
         logger.warning(
             "%d empty S2ORC file(s) (0 bytes or no record; a failed or unfinished download?), nothing read from: %s",
@@ -716,6 +716,38 @@ def ingest_s2orc(
         )
     if report.notes["malformed_pdf_parses"]:
         logger.warning("%d malformed pdf_parses records ignored", report.notes["malformed_pdf_parses"])
+
+
+def ingest_s2orc(
+    files: Sequence[Path],
+    organisations: Sequence[str],
+    config: IngestS2orcConfig,
+    work_root: Path,
+    pdf_parses: Sequence[Path] = (),
+) -> tuple[dict[str, ShardedTable], dict]:
+    """Stream ``files`` (and their batches' ``pdf_parses``) into Parquet shards per organisation under ``work_root``.
+
+    Returns each organisation's shards and the ingestion report. Units finished by an
+    earlier run with the same files and parameters are not redone (their counts and
+    shards are read from their markers), so an interrupted run resumes.
+    """
+    files, pdf_parses = [Path(p) for p in files], [Path(p) for p in pdf_parses]
+    for path in [*files, *pdf_parses]:
+        if not path.is_file():
+            raise CorpusError(f"S2ORC file '{path}' does not exist")
+    if not files:
+        raise CorpusError("no S2ORC file to ingest")
+    rules = Rules.compile(config.organisations, organisations, WHERE, config.multi_match)
+    pairs = pair_pdf_parses(files, pdf_parses)
+    work = WorkDirectory(work_root, fingerprint(files, pairs, organisations, config))
+    report = IngestReport(CORPUS, sources=[str(p) for p in [*files, *pdf_parses]])
+
+    names = [_unit_name(i, path) for i, path in enumerate(files)]
+    tasks = _unit_tasks(names, files, pairs, work, work_root, rules, config)
+    markers = _run_units(names, tasks, organisations, config, work, work_root, report)
+
+    empty = _empty_files(names, files, markers, pdf_parses)
+    _warn_about_input(report, empty)
     check_organisations(report, organisations, WHERE)
     done = {**report.to_dict(organisations), "empty_files_count": len(empty), "empty_files": empty}
     logger.info("s2orc: read %d records, kept %s, dropped %s", done["documents_read"], done["kept"], done["dropped"])

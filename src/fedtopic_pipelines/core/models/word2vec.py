@@ -81,6 +81,58 @@ class SparseGradient:
     pairs: int
 
 
+def _shared_negatives_chunk(
+    u: torch.Tensor,
+    v: torch.Tensor,
+    n_shared: torch.Tensor,
+    ic: torch.Tensor,
+    io: torch.Tensor,
+    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+) -> float:
+    """One chunk whose negatives the whole batch shares, as matrix products; its summed loss.
+
+    ``grads`` (du_rows, dv_rows, dn_shared), when given, accumulates the chunk's gradient.
+    """
+    positive = (u * v).sum(-1)
+    scores = u @ n_shared.T
+    # -log sigma(x) = softplus(-x); -log sigma(-s) = softplus(s)
+    loss = float(F.softplus(-positive).sum() + F.softplus(scores).sum())
+    if grads is not None:
+        du_rows, dv_rows, dn_shared = grads
+        g_pos = -torch.sigmoid(-positive).unsqueeze(-1)  # d loss / d (u . v)
+        g_neg = torch.sigmoid(scores)  # d loss / d (u . n_k)
+        du_rows.index_add_(0, ic, g_pos * v + g_neg @ n_shared)
+        dv_rows.index_add_(0, io, g_pos * u)
+        dn_shared.add_(g_neg.T @ u)
+    return loss
+
+
+def _per_pair_negatives_chunk(
+    u: torch.Tensor,
+    v_table: torch.Tensor,
+    words: torch.Tensor,
+    targets: torch.Tensor,
+    ic: torch.Tensor,
+    grads: tuple[torch.Tensor, torch.Tensor] | None,
+) -> float:
+    """One chunk with negatives per pair: the context and its negatives (``words``) as one (B, 1 + K) block.
+
+    ``targets`` are their positions among the touched output rows; ``grads`` (du_rows,
+    dv_rows), when given, accumulates the chunk's gradient. Returns the chunk's summed loss.
+    """
+    t = v_table.index_select(0, words.reshape(-1)).view(*words.shape, -1)  # (B, 1 + K, D)
+    scores = (t * u.unsqueeze(1)).sum(-1)
+    scores[:, 0].neg_()  # the context enters as -log sigma(x), the negatives as -log sigma(-s)
+    loss = float(F.softplus(scores).sum())
+    if grads is not None:
+        du_rows, dv_rows = grads
+        g = torch.sigmoid(scores)
+        g[:, 0].neg_()
+        du_rows.index_add_(0, ic, torch.bmm(g.unsqueeze(1), t).squeeze(1))
+        dv_rows.index_add_(0, targets.reshape(-1), (g.unsqueeze(-1) * u.unsqueeze(1)).flatten(0, 1))
+    return loss
+
+
 def sparse_step(model: SkipGram, batches: list[PairBatch], grad: bool = True) -> SparseGradient:
     """The mean loss over all ``batches``' pairs (each batch with its own negatives) and, with
     ``grad``, its gradient with respect to the touched rows of U and V only.
@@ -117,30 +169,13 @@ def sparse_step(model: SkipGram, batches: list[PairBatch], grad: bool = True) ->
                 u = u_table.index_select(0, batch.centers[lo : lo + CHUNK])
                 if shared:  # negatives shared by the batch: matrix products
                     v = v_table.index_select(0, batch.contexts[lo : lo + CHUNK])
-                    positive = (u * v).sum(-1)
-                    scores = u @ n_shared.T
-                    # -log sigma(x) = softplus(-x); -log sigma(-s) = softplus(s)
-                    total += float(F.softplus(-positive).sum() + F.softplus(scores).sum())
-                    if not grad:
-                        continue
-                    g_pos = -torch.sigmoid(-positive).unsqueeze(-1)  # d loss / d (u . v)
-                    g_neg = torch.sigmoid(scores)  # d loss / d (u . n_k)
-                    du_rows.index_add_(0, ic, g_pos * v + g_neg @ n_shared)
-                    dv_rows.index_add_(0, io, g_pos * u)
-                    dn_shared.add_(g_neg.T @ u)
+                    grads = (du_rows, dv_rows, dn_shared) if grad else None
+                    total += _shared_negatives_chunk(u, v, n_shared, ic, io, grads)
                 else:  # negatives per pair: the context and its negatives as one (B, 1 + K) block
                     targets = torch.cat([io.unsqueeze(-1), ineg_all[lo : lo + CHUNK]], dim=1)
                     words = torch.cat([batch.contexts[lo : lo + CHUNK, None], batch.negatives[lo : lo + CHUNK]], dim=1)
-                    t = v_table.index_select(0, words.reshape(-1)).view(*words.shape, -1)  # (B, 1 + K, D)
-                    scores = (t * u.unsqueeze(1)).sum(-1)
-                    scores[:, 0].neg_()  # the context enters as -log sigma(x), the negatives as -log sigma(-s)
-                    total += float(F.softplus(scores).sum())
-                    if not grad:
-                        continue
-                    g = torch.sigmoid(scores)
-                    g[:, 0].neg_()
-                    du_rows.index_add_(0, ic, torch.bmm(g.unsqueeze(1), t).squeeze(1))
-                    dv_rows.index_add_(0, targets.reshape(-1), (g.unsqueeze(-1) * u.unsqueeze(1)).flatten(0, 1))
+                    pair_grads = (du_rows, dv_rows) if grad else None
+                    total += _per_pair_negatives_chunk(u, v_table, words, targets, ic, pair_grads)
             if shared and grad:
                 dv_rows.index_add_(0, ineg_all, dn_shared)
     loss = total / n_pairs

@@ -41,6 +41,39 @@ def assign_by_label(labels: pd.Series, mapping: Mapping[str, Sequence[str]]) -> 
     return labels.map(result)
 
 
+def _unconfigured_report(lost: pd.DataFrame, source: str) -> dict:
+    """Count and warn about the documents whose organisation is missing or not configured (first lines listed)."""
+    names = lost["organisation"].fillna("<none>").astype(str)
+    unconfigured = {
+        "organisations": {str(k): int(v) for k, v in names.value_counts().sort_index().items()},
+        "first_lines": [int(x) for x in lost["source_line"].head(MAX_LISTED_LINES)],
+    }
+    logger.warning(
+        "%s: %d documents of organisations not configured (%s), first lines %s",
+        source,
+        len(lost),
+        ", ".join(list(unconfigured["organisations"])[:MAX_LISTED_LINES]),
+        unconfigured["first_lines"],
+    )
+    return unconfigured
+
+
+def _cap_splits(
+    rows: pd.DataFrame, max_documents: Mapping[str, int | None] | None, seed: int
+) -> tuple[pd.DataFrame, int]:
+    """One organisation's train then test documents, each split sampled down to its cap; and how many were cut."""
+    parts = []
+    capped = 0
+    for split in ("train", "test"):
+        part = rows.loc[rows["split"] == split]
+        cap = (max_documents or {}).get(split)
+        if cap is not None and len(part) > cap:
+            capped += len(part) - cap
+            part = part.sample(n=cap, random_state=seed).sort_index()
+        parts.append(part)
+    return pd.concat(parts), capped
+
+
 def partition_corpus(
     raw: RawCorpus,
     organisation: pd.Series,
@@ -63,34 +96,14 @@ def partition_corpus(
     unconfigured: dict = {}
     if unassigned.any():
         dropped["no_configured_organisation"] = int(unassigned.sum())
-        lost = docs.loc[unassigned]
-        names = lost["organisation"].fillna("<none>").astype(str)
-        unconfigured = {
-            "organisations": {str(k): int(v) for k, v in names.value_counts().sort_index().items()},
-            "first_lines": [int(x) for x in lost["source_line"].head(MAX_LISTED_LINES)],
-        }
-        logger.warning(
-            "%s: %d documents of organisations not configured (%s), first lines %s",
-            source,
-            len(lost),
-            ", ".join(list(unconfigured["organisations"])[:MAX_LISTED_LINES]),
-            unconfigured["first_lines"],
-        )
+        unconfigured = _unconfigured_report(docs.loc[unassigned], source)
     docs = docs.loc[~unassigned]
     tables: dict[str, pd.DataFrame] = {}
     kept: dict[str, dict[str, int]] = {}
     capped = 0
     for i, org in enumerate(organisations):
-        rows = docs.loc[docs["organisation"] == org]
-        parts = []
-        for split in ("train", "test"):
-            part = rows.loc[rows["split"] == split]
-            cap = (max_documents or {}).get(split)
-            if cap is not None and len(part) > cap:
-                capped += len(part) - cap
-                part = part.sample(n=cap, random_state=seed + i).sort_index()
-            parts.append(part)
-        rows = pd.concat(parts)
+        rows, cut = _cap_splits(docs.loc[docs["organisation"] == org], max_documents, seed + i)
+        capped += cut
         if rows.empty:
             raise CorpusError(f"organisation '{org}' has no documents in {source}")
         rows = with_doc_ids(rows, org)
@@ -247,36 +260,24 @@ def _is_blank(value: object) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == ""
 
 
-def table_to_raw(
-    table: SourceTable,
-    text_column: str,
-    organisation_column: str,
-    label_column: str | None = None,
-    split_column: str | None = None,
-    test_fraction: float = 0.2,
-    seed: int = 42,
-) -> RawCorpus:
-    """Bring a user's table into the raw-corpus shape.
-
-    Rows with an empty text or organisation are skipped and reported with their line; a
-    text seen before (exactly, ignoring surrounding white space) is skipped as a duplicate
-    naming the line of the copy kept (the first), so no text is both in train and test. A
-    missing column stops with the file and parameter named. Without a split column, a
-    seeded random ``test_fraction`` of the rows becomes ``test``.
-    """
-    frame, path = table.frame, table.path
-    for param, column in (
-        ("text_column", text_column),
-        ("organisation_column", organisation_column),
-        ("label_column", label_column),
-        ("split_column", split_column),
-    ):
+def _require_columns(frame: pd.DataFrame, path: str, columns: Mapping[str, str | None]) -> None:
+    """Stop on a configured column the table lacks, naming the file and the parameter that names it."""
+    for param, column in columns.items():
         if column is not None and column not in frame.columns:
             raise CorpusError(
                 f"table '{path}' has no column {column!r} (parameter 'ingest_table.{param}'); "
                 f"columns are {list(frame.columns)}"
             )
-    lines = table.line_numbers()
+
+
+def _usable_rows(
+    table: SourceTable, lines: np.ndarray, text_column: str, organisation_column: str
+) -> tuple[np.ndarray, list[SkippedRecord], int]:
+    """Which rows to keep: not empty, with an organisation, a text not seen before (the first copy kept).
+
+    Returns the mask, the table's skipped records followed by the rows skipped here, and the duplicates.
+    """
+    frame, path = table.frame, table.path
     skipped: list[SkippedRecord] = list(table.skipped)
     keep = np.ones(len(frame), dtype=bool)
     first_line: dict[str, int] = {}
@@ -295,6 +296,39 @@ def table_to_raw(
             duplicates += 1
         else:
             first_line[text.strip()] = line
+    return keep, skipped, duplicates
+
+
+def table_to_raw(
+    table: SourceTable,
+    text_column: str,
+    organisation_column: str,
+    label_column: str | None = None,
+    split_column: str | None = None,
+    test_fraction: float = 0.2,
+    seed: int = 42,
+) -> RawCorpus:
+    """Bring a user's table into the raw-corpus shape.
+
+    Rows with an empty text or organisation are skipped and reported with their line; a
+    text seen before (exactly, ignoring surrounding white space) is skipped as a duplicate
+    naming the line of the copy kept (the first), so no text is both in train and test. A
+    missing column stops with the file and parameter named. Without a split column, a
+    seeded random ``test_fraction`` of the rows becomes ``test``.
+    """
+    frame, path = table.frame, table.path
+    _require_columns(
+        frame,
+        path,
+        {
+            "text_column": text_column,
+            "organisation_column": organisation_column,
+            "label_column": label_column,
+            "split_column": split_column,
+        },
+    )
+    lines = table.line_numbers()
+    keep, skipped, duplicates = _usable_rows(table, lines, text_column, organisation_column)
     frame = frame.loc[keep].reset_index(drop=True)
     out = pd.DataFrame(
         {

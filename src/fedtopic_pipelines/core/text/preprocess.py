@@ -165,25 +165,26 @@ class PreprocessResult:
     report: dict[str, object] = field(default_factory=dict)
 
 
-def preprocess_shards(
-    raw: pd.DataFrame | ShardedTable, config: PreprocessConfig, staging: Path | None = None
-) -> PreprocessResult:
-    """Tokenise, filter by document frequency and count the terms of one organisation."""
-    staging = Path(tempfile.mkdtemp(prefix="fedtopic-tokens-", dir=staging))
-    first = staging / "pass1"
-    total = len(raw)
-    # null (all cores) only pays off for large organisations; an explicit number is obeyed
-    processes = config.processes or (resolve_processes(None) if total >= PARALLEL_MIN_DOCUMENTS else 1)
-    df: Counter[str] = Counter()
-    counts: Counter[str] = Counter()
-    n_train = documents_in = 0
-    org = "?"
-    frames: list[pd.DataFrame] = []  # at most one shard's metadata at a time
+@dataclass
+class _FirstPass:
+    """What the tokenising pass accumulates, flushed shard by shard so only one shard's tokens are held."""
 
-    def chunks() -> Iterator[Chunk]:
+    first: Path
+    df: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
+    n_train: int = 0
+    documents_in: int = 0
+    org: str = "?"
+    frames: list[pd.DataFrame] = field(default_factory=list)  # at most one shard's metadata at a time
+    pending: list[list[str]] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+
+    def chunks(self, raw: pd.DataFrame | ShardedTable, config: PreprocessConfig) -> Iterator[Chunk]:
+        """Cut every shard into worker chunks, keeping its metadata aside for :meth:`flush`."""
         row = 0
         for shard, frame in enumerate(iter_frames(raw)):
-            frames.append(frame.drop(columns=["text"]))
+            self.frames.append(frame.drop(columns=["text"]))
             texts = frame["text"].astype(str).tolist()
             ids = frame["doc_id"].astype(str).tolist()
             name = str(frame["organisation"].iloc[0]) if len(frame) else "?"
@@ -192,39 +193,78 @@ def preprocess_shards(
                 yield shard, texts[begin:end], config, name, row + begin, ids[begin:end]
             row += len(texts)
 
-    pending: list[list[str]] = []
-    current = 0
-    progress = tqdm(total=total, desc="tokenise", unit="doc", leave=False)
-    written: list[Path] = []
-    truncated: list[str] = []
-
-    def flush(shard: int) -> None:
-        nonlocal n_train, documents_in, org
-        meta = frames.pop(0)
+    def flush(self, shard: int) -> None:
+        """Count one finished shard's training terms and write its tokens, so they need not stay in memory."""
+        meta = self.frames.pop(0)
         is_train = (meta["split"] == "train").to_numpy()
-        for doc, train in zip(pending, is_train, strict=True):
+        for doc, train in zip(self.pending, is_train, strict=True):
             if train:
-                df.update(set(doc))
-                counts.update(doc)
-        n_train += int(is_train.sum())
-        documents_in += len(meta)
+                self.df.update(set(doc))
+                self.counts.update(doc)
+        self.n_train += int(is_train.sum())
+        self.documents_in += len(meta)
         if len(meta):
-            org = str(meta["organisation"].iloc[0])
-        path = first / f"part-{shard:05d}.parquet"
-        write_parquet_atomic(meta[TOKEN_COLUMNS[:-1]].assign(tokens=[" ".join(d) for d in pending]), path)
-        written.append(path)
-        pending.clear()
+            self.org = str(meta["organisation"].iloc[0])
+        path = self.first / f"part-{shard:05d}.parquet"
+        write_parquet_atomic(meta[TOKEN_COLUMNS[:-1]].assign(tokens=[" ".join(d) for d in self.pending]), path)
+        self.written.append(path)
+        self.pending.clear()
 
-    for shard, docs, cut in ordered_map(tokenize_chunk, chunks(), processes):
+
+def _tokenize_pass(
+    raw: pd.DataFrame | ShardedTable, config: PreprocessConfig, first: Path, processes: int
+) -> _FirstPass:
+    """First pass: tokenise in parallel but flush shards in order, so the counts need no second read."""
+    state = _FirstPass(first)
+    current = 0
+    progress = tqdm(total=len(raw), desc="tokenise", unit="doc", leave=False)
+    for shard, docs, cut in ordered_map(tokenize_chunk, state.chunks(raw, config), processes):
         while shard != current:
-            flush(current)
+            state.flush(current)
             current += 1
-        pending.extend(docs)
-        truncated += cut
+        state.pending.extend(docs)
+        state.truncated += cut
         progress.update(len(docs))
-    if frames:
-        flush(current)
+    if state.frames:
+        state.flush(current)
     progress.close()
+    return state
+
+
+def _filter_pass(written: list[Path], keep: set[str], out_dir: Path) -> tuple[list[Path], int, int, int]:
+    """Second pass: drop terms outside the document-frequency window and the documents left empty.
+
+    Returns the written shards, the documents kept, the documents dropped as empty and the training documents kept.
+    """
+    shards: list[Path] = []
+    documents_out = empty = train_out = 0
+    for path in written:
+        frame = pd.read_parquet(path)
+        filtered = [" ".join(t for t in doc.split() if t in keep) for doc in frame["tokens"]]
+        frame = frame.assign(tokens=filtered)
+        blank = frame["tokens"] == ""
+        frame = frame.loc[~blank].reset_index(drop=True)
+        empty += int(blank.sum())
+        documents_out += len(frame)
+        train_out += int((frame["split"] == "train").sum())
+        if len(frame):
+            target = out_dir / path.name
+            write_parquet_atomic(frame, target)
+            shards.append(target)
+        path.unlink()
+    return shards, documents_out, empty, train_out
+
+
+def preprocess_shards(
+    raw: pd.DataFrame | ShardedTable, config: PreprocessConfig, staging: Path | None = None
+) -> PreprocessResult:
+    """Tokenise, filter by document frequency and count the terms of one organisation."""
+    staging = Path(tempfile.mkdtemp(prefix="fedtopic-tokens-", dir=staging))
+    total = len(raw)
+    # null (all cores) only pays off for large organisations; an explicit number is obeyed
+    processes = config.processes or (resolve_processes(None) if total >= PARALLEL_MIN_DOCUMENTS else 1)
+    state = _tokenize_pass(raw, config, staging / "pass1", processes)
+    org, n_train, truncated = state.org, state.n_train, state.truncated
     if truncated:
         logger.warning(
             "preprocess %s: %d document(s) longer than 'preprocess.max_document_chars' = %s characters were "
@@ -242,45 +282,28 @@ def preprocess_shards(
         shutil.rmtree(staging, ignore_errors=True)
         raise CorpusError(f"organisation '{org}' ({n_train} training documents): {problem}")
     min_docs, max_docs = document_frequency_window(config, n_train)
-    keep = {t for t, n in df.items() if min_docs <= n <= max_docs}
-    removed = len(df) - len(keep)
-    out_dir = staging / "out"
-    shards: list[Path] = []
-    documents_out = empty = train_out = 0
-    for path in written:
-        frame = pd.read_parquet(path)
-        filtered = [" ".join(t for t in doc.split() if t in keep) for doc in frame["tokens"]]
-        frame = frame.assign(tokens=filtered)
-        blank = frame["tokens"] == ""
-        frame = frame.loc[~blank].reset_index(drop=True)
-        empty += int(blank.sum())
-        documents_out += len(frame)
-        train_out += int((frame["split"] == "train").sum())
-        if len(frame):
-            target = out_dir / path.name
-            write_parquet_atomic(frame, target)
-            shards.append(target)
-        path.unlink()
+    keep = {t for t, n in state.df.items() if min_docs <= n <= max_docs}
+    shards, documents_out, empty, train_out = _filter_pass(state.written, keep, staging / "out")
     if train_out == 0:
         shutil.rmtree(staging, ignore_errors=True)
         raise CorpusError(
             f"organisation '{org}' has no training document left after preprocessing; "
             "relax 'preprocess.min_df' / 'preprocess.max_df'"
         )
-    term_counts = {t: c for t, c in counts.items() if t in keep}
+    term_counts = {t: c for t, c in state.counts.items() if t in keep}
     report = {
-        "documents_in": documents_in,
+        "documents_in": state.documents_in,
         "documents_out": documents_out,
         "dropped_empty_after_cleaning": empty,
         "documents_truncated": len(truncated),
         "max_document_chars": config.max_document_chars,
         "truncated_doc_ids": truncated[:TRUNCATED_IDS_REPORTED],
-        "terms_removed_by_document_frequency": removed,
+        "terms_removed_by_document_frequency": len(state.df) - len(keep),
         "min_df_documents": min_docs,
         "max_df_documents": max_docs,
         "vocabulary_size": len(term_counts),
         "shards": len(shards),
         "processes": processes,
     }
-    logger.info("preprocess %s: %d -> %d documents, %d terms", org, documents_in, documents_out, len(term_counts))
+    logger.info("preprocess %s: %d -> %d documents, %d terms", org, state.documents_in, documents_out, len(term_counts))
     return PreprocessResult(ShardedTable(shards, staging=staging), term_counts, report)

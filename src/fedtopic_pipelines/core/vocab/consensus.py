@@ -137,6 +137,45 @@ def privacy_mask(table: pd.DataFrame, privacy: PrivacyConfig) -> pd.Series:
     return passes
 
 
+def _refuse_unreachable(organisations: int, config: ConsensusConfig, privacy: PrivacyConfig) -> None:
+    """Stop before merging when ``vocab_k`` or ``min_organisations`` exceeds the organisations: no term could pass."""
+    if privacy.vocab_k > organisations:
+        raise EmptyVocabularyError(
+            f"parameter 'privacy.vocab_k' is {privacy.vocab_k} but only {organisations} organisations propose "
+            f"terms: no term can be held by {privacy.vocab_k} organisations; lower it (at most {organisations})"
+        )
+    if config.min_organisations > organisations:
+        raise EmptyVocabularyError(
+            f"parameter 'vocab_consensus.min_organisations' is {config.min_organisations} but only "
+            f"{organisations} organisations propose terms: no term can pass; lower it"
+        )
+
+
+def _refuse_empty(
+    vocabulary: pd.DataFrame,
+    merged: pd.DataFrame,
+    removed: dict[str, Any],
+    passes: pd.Series,
+    config: ConsensusConfig,
+    privacy: PrivacyConfig,
+) -> None:
+    """Stop on an empty vocabulary, saying how many terms each floor and the privacy rule removed."""
+    if vocabulary.empty:
+        raise EmptyVocabularyError(
+            f"the floors removed all {len(merged)} terms of the {config.merge} of the organisations' vocabularies "
+            f"({removed['min_organisations']['terms']} proposed by fewer than 'vocab_consensus.min_organisations' = "
+            f"{config.min_organisations} organisations, {removed['min_total_count']['terms']} with a summed count "
+            f"below 'vocab_consensus.min_total_count' = {config.min_total_count}, "
+            f"{int((~passes).sum())} held by fewer than 'privacy.vocab_k' = {privacy.vocab_k} organisations"
+            + (
+                f" with a summed count below 'privacy.vocab_min_count' = {privacy.vocab_min_count}"
+                if privacy.vocab_min_count
+                else ""
+            )
+            + "); lower one of them"
+        )
+
+
 def agree_on_vocabulary(
     proposals: Mapping[str, Mapping[str, int]], config: ConsensusConfig, privacy: PrivacyConfig | None = None
 ) -> Consensus:
@@ -148,16 +187,7 @@ def agree_on_vocabulary(
     nothing is left, or when ``vocab_k`` or ``min_organisations`` exceeds the organisations.
     """
     privacy = privacy or PrivacyConfig()
-    if privacy.vocab_k > len(proposals):
-        raise EmptyVocabularyError(
-            f"parameter 'privacy.vocab_k' is {privacy.vocab_k} but only {len(proposals)} organisations propose "
-            f"terms: no term can be held by {privacy.vocab_k} organisations; lower it (at most {len(proposals)})"
-        )
-    if config.min_organisations > len(proposals):
-        raise EmptyVocabularyError(
-            f"parameter 'vocab_consensus.min_organisations' is {config.min_organisations} but only "
-            f"{len(proposals)} organisations propose terms: no term can pass; lower it"
-        )
+    _refuse_unreachable(len(proposals), config, privacy)
     merged = merge_vocabularies(proposals, config.merge)
     floored, removed = apply_floors(merged, config.min_organisations, config.min_total_count)
     passes = privacy_mask(merged, privacy)
@@ -188,20 +218,7 @@ def agree_on_vocabulary(
         "vocabulary_size": len(vocabulary),
         "vocabulary_proposed_count": int(vocabulary["frequency"].sum()),
     }
-    if vocabulary.empty:
-        raise EmptyVocabularyError(
-            f"the floors removed all {len(merged)} terms of the {config.merge} of the organisations' vocabularies "
-            f"({removed['min_organisations']['terms']} proposed by fewer than 'vocab_consensus.min_organisations' = "
-            f"{config.min_organisations} organisations, {removed['min_total_count']['terms']} with a summed count "
-            f"below 'vocab_consensus.min_total_count' = {config.min_total_count}, "
-            f"{int((~passes).sum())} held by fewer than 'privacy.vocab_k' = {privacy.vocab_k} organisations"
-            + (
-                f" with a summed count below 'privacy.vocab_min_count' = {privacy.vocab_min_count}"
-                if privacy.vocab_min_count
-                else ""
-            )
-            + "); lower one of them"
-        )
+    _refuse_empty(vocabulary, merged, removed, passes, config, privacy)
     if removed["total"]["terms"] or not passes.all():
         logger.info(
             "vocabulary floors: %d of %d terms removed (%d by min_organisations = %d, %d by min_total_count = %d, "
@@ -387,6 +404,21 @@ def vectorize(
     )
 
 
+def _token_report(tokens: Mapping[str, Counter[str]], with_left_out: bool) -> dict[str, dict[str, int]]:
+    """Per split, the tokens inside and outside the vocabulary (and of proposed terms left out, given a proposal)."""
+    token_report = {}
+    for split in ("train", "test"):
+        counter = tokens.get(split, Counter())
+        token_report[split] = {
+            "total": counter["total"],
+            "in_vocabulary": counter["in_vocabulary"],
+            "outside_vocabulary": counter["total"] - counter["in_vocabulary"],
+        }
+        if with_left_out:
+            token_report[split]["of_proposed_terms_left_out"] = counter["of_proposed_terms_left_out"]
+    return token_report
+
+
 def vectorize_frames(
     frames: Iterable[pd.DataFrame], vocabulary: Sequence[str], proposal: Iterable[str] | None = None
 ) -> tuple[BowCorpus, dict[str, Any]]:
@@ -431,16 +463,7 @@ def vectorize_frames(
     if dropped:
         logger.warning("organisation %s: dropped %s documents with no term of the common vocabulary", org, dropped)
     kept = {s: int((bow.split == s).sum()) for s in ("train", "test")}
-    token_report = {}
-    for split in ("train", "test"):
-        counter = tokens.get(split, Counter())
-        token_report[split] = {
-            "total": counter["total"],
-            "in_vocabulary": counter["in_vocabulary"],
-            "outside_vocabulary": counter["total"] - counter["in_vocabulary"],
-        }
-        if proposal is not None:
-            token_report[split]["of_proposed_terms_left_out"] = counter["of_proposed_terms_left_out"]
+    token_report = _token_report(tokens, with_left_out=proposal is not None)
     report: dict[str, Any] = {
         "organisation": org,
         "documents": kept,
