@@ -52,6 +52,18 @@ from fedtopic_pipelines.core.federated.family import ClientModel, EpochExamples,
 from fedtopic_pipelines.core.federated.local import LocalEpochs, LocalStates, runs_local_rounds
 from fedtopic_pipelines.core.federated.messages import Instruction, Update
 from fedtopic_pipelines.core.seeds import derive_seed, hold_out_one
+from fedtopic_pipelines.core.shards import ShardedTable, as_frame, iter_frames
+from fedtopic_pipelines.core.text.demo import CorpusError
+from fedtopic_pipelines.core.text.embeddings import EmbeddingCache, encoder_fingerprint, resolve_model_path
+from fedtopic_pipelines.core.text.preprocess import preprocess_shards
+from fedtopic_pipelines.core.vocab.consensus import (
+    exchange_vocabulary,
+    keyed,
+    offer_vocabulary,
+    propose_terms,
+    reveal_vocabulary,
+    vectorize_frames,
+)
 from fedtopic_pipelines.core.vocab.privacy import vocabulary_key
 
 # Text processing and shards (pandas, pyarrow, nltk: seconds of imports) are imported only by the
@@ -85,14 +97,10 @@ class Site:
 
     def preprocess(self, raw, config: PreprocessConfig):
         """Tokens (stay inside), training-split term counts (stay inside) and a report."""
-        from fedtopic_pipelines.core.text.preprocess import preprocess_shards
-
         return preprocess_shards(raw, config)
 
     def propose(self, term_counts: Mapping[str, int], consensus: ConsensusConfig) -> dict[str, int]:
         """What leaves the organisation for the vocabulary: its top-N terms above the count T."""
-        from fedtopic_pipelines.core.vocab.consensus import propose_terms
-
         proposal = propose_terms(term_counts, consensus.top_n, consensus.min_count)
         if self.name:
             logger.info("organisation %s proposes %d terms", self.name, len(proposal))
@@ -108,8 +116,6 @@ class Site:
     ) -> dict[str, int]:
         """What actually leaves it for the vocabulary under ``privacy``: its proposal, counts noised
         (``vocab_count_noise``), as keyed digests (``vocab_k`` > 1 with ``vocab_keyed``)."""
-        from fedtopic_pipelines.core.vocab.consensus import offer_vocabulary
-
         return offer_vocabulary(self.propose(term_counts, consensus), privacy, key, noise_secret)
 
     def reveal(
@@ -117,8 +123,6 @@ class Site:
     ) -> dict[str, list[str]]:
         """The second step of the keyed exchange: its own terms (with their openings) among the
         digests the server kept, recomputed from its counts; nothing else leaves."""
-        from fedtopic_pipelines.core.vocab.consensus import propose_terms, reveal_vocabulary
-
         proposal = propose_terms(term_counts, consensus.top_n, consensus.min_count)
         return reveal_vocabulary(proposal, requested, key)
 
@@ -126,8 +130,6 @@ class Site:
         """Sentence embeddings of the documents ``doc_ids`` (their raw text, in that order),
         from its own cache or computed here (``core/text/embeddings.py``): a
         ``DocumentEmbeddings``. They never leave the organisation; only gradients do."""
-        from fedtopic_pipelines.core.text.embeddings import EmbeddingCache, encoder_fingerprint, resolve_model_path
-
         texts = texts_of(raw, doc_ids, self.name)
         values = EmbeddingCache(cache_dir).load_or_compute(
             texts,
@@ -143,9 +145,6 @@ class Site:
     def vectorise(self, tokens, terms: Sequence[str], proposal: Mapping[str, int] | None = None):
         """Its documents as a bag of words over the common vocabulary, and a report (with its own
         ``proposal``, also the tokens of its proposed terms the consensus left out)."""
-        from fedtopic_pipelines.core.shards import iter_frames
-        from fedtopic_pipelines.core.vocab.consensus import vectorize_frames
-
         return vectorize_frames(iter_frames(tokens), list(terms), None if proposal is None else list(proposal))
 
     def prepare(self, family: ModelFamily, train: Any, config: TrainConfig, index: int) -> Prepared:
@@ -259,8 +258,6 @@ class Endpoint:
         """The VOCABULARY query. ``step`` "offer" (the default; a payload without ``privacy`` is
         the plain proposal): ``terms`` (or, keyed, ``hashes``) and ``counts``. ``step`` "reveal":
         for the kept digests it holds among ``hashes``, ``hashes``, ``terms`` and ``openings``."""
-        from fedtopic_pipelines.core.vocab.consensus import keyed, offer_vocabulary, reveal_vocabulary
-
         preprocess = from_mapping(PreprocessConfig, payload.get("preprocess"), "preprocess")
         consensus = from_mapping(ConsensusConfig, payload.get("vocab_consensus"), "vocab_consensus")
         raw = payload.get("privacy")
@@ -391,8 +388,6 @@ class PooledEndpoint(Endpoint):
 def texts_of(raw, doc_ids: Sequence[str], organisation: str = "") -> list[str]:
     """The raw text of each of ``doc_ids``, in that order, read shard by shard (only the id and
     text columns). A document id missing from the raw documents is an error naming it."""
-    from fedtopic_pipelines.core.shards import iter_frames
-
     ids = [str(d) for d in doc_ids]
     wanted = set(ids)
     found: dict[str, str] = {}
@@ -412,9 +407,6 @@ def texts_of(raw, doc_ids: Sequence[str], organisation: str = "") -> list[str]:
 
 def read_raw(path: Path):
     """An organisation's raw documents (a ``ShardedTable``): a folder of Parquet shards or one Parquet file."""
-    from fedtopic_pipelines.core.shards import ShardedTable
-    from fedtopic_pipelines.core.text.demo import CorpusError
-
     if path.is_dir():
         table = ShardedTable.from_directory(path)
         if not table.paths:
@@ -452,8 +444,6 @@ class FolderEndpoint(Endpoint):
 
     def preprocessed(self, config: PreprocessConfig):
         """Tokens (a ``ShardedTable``) and training-split term counts, from the cache or computed once."""
-        from fedtopic_pipelines.core.shards import ShardedTable
-
         folder = self._tokens_dir(config)
         done = folder / "term_counts.json"
         if done.is_file():
@@ -537,8 +527,6 @@ class FolderEndpoint(Endpoint):
     def word_sequences(self, preprocess: PreprocessConfig, terms: list[str], payload: Mapping[str, Any]):
         """A sequence family's data (Word2Vec, PC-TD): its training documents as ids of ``terms``,
         with the consensus's summed counts the server sent (``frequencies``), and its keyed fingerprint."""
-        from fedtopic_pipelines.core.shards import iter_frames
-
         frequencies = payload.get("frequencies")
         if not isinstance(frequencies, list) or len(frequencies) != len(terms):
             raise ValueError(
@@ -579,9 +567,6 @@ def run_sites(
     organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests);
     with ``train_texts`` also each organisation's preprocessed training texts (token lists, for
     coherence), read before the token shards are discarded."""
-    from fedtopic_pipelines.core.shards import as_frame
-    from fedtopic_pipelines.core.vocab.consensus import exchange_vocabulary, keyed
-
     sites = {org: Site(org) for org in raw}
     results = {org: sites[org].preprocess(table, preprocess) for org, table in raw.items()}
     proposals = {org: sites[org].propose(results[org].term_counts, consensus) for org in raw}
