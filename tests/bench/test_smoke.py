@@ -54,6 +54,7 @@ def test_bench_training_smoke() -> None:
     assert "| centralized |" in out and "| federated (in-process) |" in out and "ratio federated / centralized" in out
 
 
+@pytest.mark.slow  # over 30 s on two cores
 def test_bench_training_layouts_and_threads_policy_smoke() -> None:
     out = run_bench("bench_training.py", "--layouts", "--smoke")
     assert "| dense (before) |" in out and "| sparse CSR (now) |" in out and "speed-up sparse / dense" in out
@@ -123,12 +124,14 @@ def test_demo_pooled_coherence_on_a_tiny_data_folder(tmp_path: Path) -> None:
     assert "| federated | batch |" in out and "| centralized | batch |" in out
 
 
+@pytest.mark.slow  # over 30 s on two cores
 def test_bench_ingest_smoke(tmp_path: Path) -> None:
     run_bench("bench_ingest.py", "--smoke", "--workdir", str(tmp_path), "--skip", "profile")
     assert (tmp_path / "ingest.json").is_file()
 
 
 @pytest.mark.deployment
+@pytest.mark.slow  # over 30 s on two cores
 def test_bench_secagg_smoke() -> None:
     """One plain and one secure round on a loopback federation of 3 organisations."""
     out = run_bench("bench_secagg.py", "--rounds", "1", "--organisations", "3", timeout=500)
@@ -136,6 +139,7 @@ def test_bench_secagg_smoke() -> None:
 
 
 @pytest.mark.deployment
+@pytest.mark.slow  # over 30 s on two cores
 def test_bench_flower_smoke() -> None:
     out = run_bench("bench_flower.py", "--smoke", timeout=400)
     assert "| Flower, warm |" in out and "| in-process |" in out

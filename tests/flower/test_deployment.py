@@ -53,6 +53,7 @@ def federation(tmp_path_factory):
     assert not fed.processes
 
 
+@pytest.mark.slow  # over 30 s on two cores
 def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation) -> None:
     fed, paths, root = federation
     train = {**TRAIN, "max_steps": ROUNDS}
@@ -67,6 +68,7 @@ def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation)
     assert sorted(run["nodes"]) == sorted(paths) and len(run["latencies_s"]) == ROUNDS
 
 
+@pytest.mark.slow  # over 30 s on two cores
 def test_loopback_secure_rounds_with_real_flower_processes(federation) -> None:
     """``privacy.secure_aggregation`` on the real processes: SecAgg+'s four stages per round, 12
     messages for 3 nodes, and the model the plain in-process run trains, within the quantisation bound."""
@@ -109,6 +111,7 @@ def test_a_plaintext_supernode_cannot_connect_to_the_tls_superlink(federation) -
     assert process.wait(timeout=60) != 0
 
 
+@pytest.mark.slow  # over 30 s on two cores
 def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeating_rounds(federation) -> None:
     fed, paths, root = federation
     rounds = 6
@@ -144,6 +147,7 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
     assert worst <= 1e-5, f"max abs parameter difference {worst} from the uninterrupted in-process run"
 
 
+@pytest.mark.slow  # over 30 s on two cores
 def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation) -> None:
     """Runs last in this module: it kills one SuperNode and its executor (SIGKILL, no goodbye to the SuperLink)."""
     fed, paths, root = federation
