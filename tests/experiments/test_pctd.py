@@ -23,9 +23,9 @@ from fedtopic_pipelines.experiments.pctd import (
     Party,
     Scored,
     _texts,
+    combine_scores,
     lda_topics,
     organisation_scores,
-    score_models,
     train_lda,
 )
 
@@ -47,6 +47,12 @@ def setting():
     phi = rng.dirichlet(np.ones(VOCAB), 3)
     lda = train_lda(concatenate([p.train for p in parties.values()]), 3, run.replace(lda=run.lda.replace(passes=2)))
     return parties, run, phi, lda
+
+
+def score_models(models: list[Scored], parties: dict[str, Party], terms: list[str], run: PCTDRunConfig) -> None:
+    """Every organisation's scores, then the server's sums, in one process."""
+    sent = {org: organisation_scores(models, party, i, terms, run) for i, (org, party) in enumerate(parties.items())}
+    combine_scores(models, sent, terms, run)
 
 
 def _models(phi: np.ndarray, lda) -> list[Scored]:

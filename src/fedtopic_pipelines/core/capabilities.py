@@ -38,8 +38,7 @@ class FamilyCapabilities:
     the ``privacy`` block it honours (``dp``, ``robust``, ``secure_aggregation``), refused with
     ``privacy_refusal``. ``in_default_chain``: whether the default chain's ``train`` node
     trains it; ``pipelines``: the run blocks of other pipelines that train it (``word2vec``,
-    ``fednmf``, ``pctd``). ``topic_model``: evaluation reads topics from it;
-    ``probabilistic``: it gives each document a word distribution (perplexity);
+    ``fednmf``, ``pctd``). ``probabilistic``: it gives each document a word distribution (perplexity);
     ``membership_audit``: the privacy audit's membership-inference attack reads its
     per-document loss. ``reads_broadcast``: its client may read the broadcast tensors in place
     (no copy) because a local step never writes them.
@@ -55,7 +54,6 @@ class FamilyCapabilities:
     privacy_refusal: str = ""
     in_default_chain: bool = True
     pipelines: frozenset[str] = frozenset()
-    topic_model: bool = True
     probabilistic: bool = True
     membership_audit: bool = False
     reads_broadcast: bool = False

@@ -100,11 +100,10 @@ class Evaluation:
 
 @dataclass
 class MethodResult:
-    """One method at one number of topics: its topics, scores and cost."""
+    """One method at one number of topics: its scores, cost, Fig. 3's points and models."""
 
     method: str
     topics: int
-    topic_word: np.ndarray  # k x V
     scores: dict[str, float | None]
     seconds: float
     rounds: int
@@ -361,7 +360,6 @@ def run_method(
     return MethodResult(
         method,
         topics,
-        np.asarray(fitted.topic_word),
         scores,
         seconds,
         facts["rounds"],

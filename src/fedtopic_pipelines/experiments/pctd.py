@@ -193,14 +193,6 @@ def combine_scores(
         }
 
 
-def score_models(
-    models: Sequence[Scored], parties: Mapping[str, Party], terms: Sequence[str], run: PCTDRunConfig
-) -> None:
-    """Every organisation's scores, then the server's sums, in one process (benchmarks, tests)."""
-    sent = {org: organisation_scores(models, party, i, terms, run) for i, (org, party) in enumerate(parties.items())}
-    combine_scores(models, sent, terms, run)
-
-
 def _pctd_config(run: PCTDRunConfig, sigma: float | None = None, topics: int | None = None) -> TrainConfig:
     model = run.train.model
     changes: dict[str, Any] = {}

@@ -179,3 +179,23 @@ def test_federated_em_equals_em_on_the_pooled_documents(registered) -> None:
     for name in ("phi", "pi"):
         torch.testing.assert_close(federated[name], pooled[name], rtol=1e-10, atol=1e-12)
     assert not torch.allclose(federated["phi"], Mixture(40, config.model, config.seed).phi)  # it learnt
+
+
+class _NoRounds(MixtureFamily):
+    local_update = None  # neither a batch stream nor its own rounds
+
+
+class _WeightsUnderFedSGD(MixtureFamily):
+    update_kind = UpdateKind.WEIGHTS  # weights, yet its config allows FedSGD
+
+
+@pytest.mark.parametrize(
+    ("family", "message"),
+    [(_NoRounds(), "has neither a batch stream nor local rounds"), (_WeightsUnderFedSGD(), "sends weights")],
+)
+def test_a_family_whose_declaration_and_abilities_disagree_is_refused(family, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        register(family)
+    assert NAME not in families()  # nothing half-registered
+    with pytest.raises(ConfigError, match="expected one of"):
+        TrainConfig.from_params(TRAIN)

@@ -53,7 +53,7 @@ class PCTDConfig(FamilyConfig):
         ),
         in_default_chain=False,
         pipelines=frozenset({"pctd"}),
-        probabilistic=False,  # perplexity is the pctd pipeline's document completion, not WordDistribution
+        probabilistic=False,  # perplexity is the pctd pipeline's document completion, no word_distribution
     )
 
     family: Literal["pctd"] = "pctd"

@@ -61,6 +61,8 @@ def check_trained_by(pipeline: str, model: FamilyConfig) -> None:
 def _model_config(value: Any) -> FamilyConfig:
     """``train.model``: the config model of the block's ``family`` (default ProdLDA's), looked up
     when the block is validated, so a family registered later is known."""
+    if isinstance(value, FamilyConfig) and MODEL_CONFIGS.get(value.family) is type(value):
+        return value  # already validated as its registered family's
     if isinstance(value, FamilyConfig):
         value = value.model_dump()
     if not isinstance(value, Mapping):

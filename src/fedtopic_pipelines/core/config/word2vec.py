@@ -43,7 +43,6 @@ class Word2VecConfig(FamilyConfig):
         ),
         in_default_chain=False,
         pipelines=frozenset({"word2vec"}),
-        topic_model=False,
         probabilistic=False,
         reads_broadcast=True,
     )

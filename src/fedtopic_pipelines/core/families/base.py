@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from fedtopic_pipelines.core.capabilities import FamilyCapabilities
 from fedtopic_pipelines.core.config import FamilyConfig
 
@@ -12,7 +10,7 @@ class Declared:
     """A family whose :class:`~fedtopic_pipelines.core.capabilities.FamilyCapabilities` are its
     config model's: the config rules and the family read the same declaration."""
 
-    config_type: ClassVar[type[FamilyConfig]] | type[FamilyConfig]
+    config_type: type[FamilyConfig]
 
     @property
     def capabilities(self) -> FamilyCapabilities:

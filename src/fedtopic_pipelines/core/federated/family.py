@@ -55,18 +55,12 @@ class BatchStream(Protocol):
 
 
 class TopicModel(Protocol):
-    """What evaluation reads from a trained topic model (ProdLDA, NMF, ...)."""
+    """What evaluation reads from a trained topic model (ProdLDA, NMF, ...). A model whose family
+    declares ``probabilistic`` also has ``word_distribution(bow)`` (completion perplexity)."""
 
     def topic_word(self) -> torch.Tensor: ...
 
     def doc_topic(self, bow: torch.Tensor) -> torch.Tensor: ...
-
-
-class WordDistribution(Protocol):
-    """A topic model whose family declares ``probabilistic``: each document's word distribution
-    (evaluation's completion perplexity)."""
-
-    def word_distribution(self, bow: torch.Tensor) -> torch.Tensor: ...
 
 
 class ModelFamily(Protocol):
