@@ -9,9 +9,15 @@ import pytest
 from gensim.corpora import Dictionary
 from gensim.models.coherencemodel import CoherenceModel
 
+from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.messages import Instruction, Update
+from fedtopic_pipelines.core.federation import run_federation
+from fedtopic_pipelines.core.site import MemoryEndpoint
 from fedtopic_pipelines.core.text.demo import CorpusError
 from fedtopic_pipelines.core.vocab.consensus import EmptyVocabularyError
 from fedtopic_pipelines.pipelines import embed, evaluate, preprocess, train, vocab_consensus
+from tests.conftest import poisson_matrices
 from tests.pipelines.conftest import run_slice
 
 ORGS = ["alpha", "beta", "gamma"]
@@ -420,3 +426,38 @@ def test_sample_level_dp_through_train_evaluate_and_the_privacy_report(tiny_raw_
     (logged,) = out["training_metrics_mlflow"]["federated.epsilon_rdp"]  # MLflow: train.federated.epsilon_rdp
     assert logged == {"value": epsilon["federated"]["epsilon_rdp"], "step": 5}
     assert math.isfinite(out["metrics"]["models"]["federated"]["c_npmi"])
+
+
+class BrokenInSomeRounds(MemoryEndpoint):
+    """An organisation whose site breaks in some training rounds (its disk fills), then recovers."""
+
+    def __init__(self, name: str, train, broken: set[int]) -> None:
+        super().__init__(name, train)
+        self.broken = broken
+
+    def handle(self, instruction: Instruction) -> Update:
+        if instruction.round in self.broken and instruction.config.get("action") != "evaluate":
+            raise OSError("disk full")
+        return super().handle(instruction)
+
+
+def test_the_training_report_names_who_was_left_out_of_which_round_and_why() -> None:
+    """The in-process engine, real endpoints, one of them failing in rounds 1 and 3: the train
+    node's JSON history and its MLflow series say so, per organisation."""
+    data = dict(zip(ORGS, poisson_matrices((30, 21, 45), 40), strict=True))
+    endpoints = [MemoryEndpoint("alpha", data["alpha"]), BrokenInSomeRounds("beta", data["beta"], {1, 3})]
+    endpoints.append(MemoryEndpoint("gamma", data["gamma"]))
+    config = TrainConfig.from_params({**TRAIN, "max_steps": 5, "scenarios": ["federated"], "device": "cpu"})
+    vocabulary = pd.DataFrame({"term": [f"w{j}" for j in range(40)]})
+    model = run_federation(InProcessEngine(endpoints), ORGS, config, vocabulary=vocabulary, progress=False).model
+    history, mlflow = train.nodes.training_histories({"federated": model}, {}, ORGS, every=50)
+    report = json.loads(json.dumps(history))["federated"]["participation"]  # as training_history.json holds it
+    assert report["took_part"] == {"alpha": 5, "beta": 3, "gamma": 5}
+    assert report["left_out"] == {"beta": [{"why": "failed", "reason": "OSError: disk full", "rounds": [1, 3]}]}
+    assert report["totals"]["failed"] == 2 and report["totals"]["took_part"] == 13
+    assert mlflow["federated.participation.beta.left_out"] == [
+        {"value": 1, "step": 1},
+        {"value": 2, "step": 3},
+        {"value": 2, "step": 4},
+    ]
+    assert mlflow["federated.participation.alpha.left_out"] == [{"value": 0, "step": 4}]

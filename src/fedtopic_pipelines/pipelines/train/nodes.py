@@ -10,6 +10,7 @@ import pandas as pd
 from fedtopic_pipelines.core.capabilities import DataKind
 from fedtopic_pipelines.core.config import ConfigError, TrainConfig
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
+from fedtopic_pipelines.core.federated.participation import participation, participation_series
 from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.training import train_scenarios
@@ -132,12 +133,14 @@ def training_histories(
     ``privacy.dp`` the epsilon spent where the server recorded it (every 100th and the last round).
 
     Every named metric the family's clients report (ProdLDA: loss, kl, reconstruction) and
-    the strategy's convergence measure, when computed, get a series of their own.
+    the strategy's convergence measure, when computed, get a series of their own. A federated
+    model's history says who took part and who was left out, when and why (``participation``),
+    and MLflow gets each organisation's counters (``<model>.participation.<org>.left_out``).
     """
     history: dict[str, Any] = {}
     mlflow: dict[str, list[dict[str, float]]] = {}
     for name, model in models.items():
-        records = model.history
+        records, federated = model.history, model.scenario == "federated"  # baselines have one client
         metric_names = list(dict.fromkeys(m for r in records for m in r.metrics))
         history[name] = {
             "scenario": model.scenario,
@@ -152,7 +155,7 @@ def training_histories(
                 org: [_json_number(r.client_loss.get(org)) for r in records]
                 for org in dict.fromkeys(o for r in records for o in r.client_loss)
             },
-            "left_out": {r.round: {**r.failed, **r.rejected} for r in records if r.failed or r.rejected},
+            **({"participation": participation(records, model.organisations)} if federated else {}),
             "engine": "flower" if name in runs else "in_process",
             **({"flower_run": runs[name]} if name in runs else {}),
         }
@@ -166,7 +169,10 @@ def training_histories(
         if left_out:  # every such round, not thinned: each is an event worth seeing
             mlflow[f"{name}.failed_updates"] = [{"value": len(r.failed), "step": r.round} for r in left_out]
             mlflow[f"{name}.rejected_updates"] = [{"value": len(r.rejected), "step": r.round} for r in left_out]
-        if model.scenario == "federated":
+        if federated:
+            mlflow.update(
+                {f"{name}.{key}": points for key, points in participation_series(records, model.organisations).items()}
+            )
             for org in organisations:
                 mlflow[f"{name}.client.{org}.loss"] = [
                     {"value": r.client_loss[org], "step": r.round} for r in kept if org in r.client_loss
