@@ -13,6 +13,7 @@ import pytest
 
 from fedtopic_pipelines.core import persist
 from fedtopic_pipelines.core.federated.checkpoint import KIND
+from fedtopic_pipelines.flower.cli import run_report, supernodes
 from fedtopic_pipelines.flower.deployment import DeploymentError, LocalFederation, make_key_pair
 from fedtopic_pipelines.flower.federation import load_result
 from fedtopic_pipelines.pipelines.train.nodes import training_histories
@@ -175,6 +176,15 @@ def test_a_supernode_killed_mid_run_is_left_out_and_training_goes_on(federation)
     # what the Kedro train node logs to MLflow (train.federated.failed_updates) and to its JSON history
     history, mlflow = training_histories({"federated": model}, {}, list(paths), every=10)
     assert mlflow["federated.failed_updates"] == [{"value": 1, "step": r.round} for r in failed]
-    assert set(history["federated"]["left_out"]) == {r.round for r in failed}
+    gone = [r.round for r in failed]
+    (entry,) = history["federated"]["participation"]["left_out"]["gamma"]  # one reason, every round it names
+    assert entry["why"] == "failed" and entry["rounds"] == gone and left_out_for_silence(entry["reason"])
+    assert mlflow["federated.participation.gamma.left_out"][-1] == {"value": len(gone), "step": 5}
     assert failed[-1] is model.history[-1]  # once gone, gone for the rest of the run
     assert all(set(r.client_loss) == {"alpha", "beta"} for r in failed)  # eq. 2 over the remaining two
+    # what `make federation-demo` writes to federation_demo.json: nodes started, then who took part when
+    report = json.loads(json.dumps(run_report(run, model, list(paths), supernodes(fed))))
+    assert report["nodes_started"] == 3 and report["supernodes"]["running"] == ["alpha", "beta"]
+    assert report["participation"]["took_part"] == {"alpha": 6, "beta": 6, "gamma": 6 - len(gone)}
+    assert [r["round"] for r in report["participation_by_round"] if "gamma" in r["left_out"]] == gone
+    assert all(r["took_part"] == ["alpha", "beta"] for r in report["participation_by_round"] if r["round"] in gone)

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from fedtopic_pipelines.core.federated.participation import participation, participation_table
+from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.flower.deployment import LocalFederation, exit_on_sigterm
 from fedtopic_pipelines.flower.federation import Job, load_result
 
@@ -133,6 +135,30 @@ def in_process_training(
     return model.state, seconds
 
 
+def supernodes(federation: LocalFederation) -> dict[str, list[str]]:
+    """The organisations whose SuperNode this federation started, and those whose SuperNode still runs:
+    a node that died shows here even when the run's rounds went on without it."""
+    started = [org for org in federation.organisations if f"supernode-{org}" in federation.processes]
+    running = [org for org in started if federation.processes[f"supernode-{org}"].poll() is None]
+    return {"started": started, "running": running}
+
+
+def run_report(
+    run: dict[str, Any], model: TrainedModel, organisations: list[str], nodes: dict[str, list[str]]
+) -> dict[str, Any]:
+    """Who was there: the SuperNodes started (``nodes``, from :func:`supernodes`), those that joined
+    the run, and per round which organisations took part and which were left out, and why."""
+    return {
+        "nodes": len(run["nodes"]),  # joined the run (every organisation's node, or it does not start)
+        "nodes_started": len(nodes["started"]),
+        "supernodes": nodes,
+        "organisations": organisations,
+        "rounds": len(model.history),
+        "participation": participation(model.history, organisations),
+        "participation_by_round": participation_table(model.history, organisations),
+    }
+
+
 def demo(args: argparse.Namespace) -> None:
     params = project_parameters(args.env)
     job = demo_job(params, args.rounds)
@@ -144,6 +170,7 @@ def demo(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         run_id = federation.submit({"job-file": str(work / "job.json"), "output-dir": str(work / "out")}, timeout=3600)
         wall = time.perf_counter() - started
+        nodes = supernodes(federation)
     finally:
         federation.stop()
     _, model, run = load_result(work / "out")
@@ -155,9 +182,7 @@ def demo(args: argparse.Namespace) -> None:
     latencies = run["latencies_s"]
     report = {
         "run_id": run_id,
-        "nodes": len(run["nodes"]),
-        "organisations": job.organisations,
-        "rounds": len(model.history),
+        **run_report(run, model, job.organisations, nodes),
         "round_latency_median_s": statistics.median(latencies),
         "round_latency_s": latencies,
         "in_process_round_s": in_process_round_s,
@@ -169,11 +194,14 @@ def demo(args: argparse.Namespace) -> None:
     }
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(json.dumps(report, indent=2))
+    totals = report["participation"]["totals"]
     logger.info(
-        "federation demo: %d nodes, %d rounds, median round %.2f s (in process %.3f s), TLS %s, auth %s, "
-        "max |difference| %.2e -> %s",
-        report["nodes"],
+        "federation demo: %d nodes started, %d rounds, %d organisation-rounds taken part, %d left out, "
+        "median round %.2f s (in process %.3f s), TLS %s, auth %s, max |difference| %.2e -> %s",
+        report["nodes_started"],
         report["rounds"],
+        totals["took_part"],
+        sum(totals.values()) - totals["took_part"],
         report["round_latency_median_s"],
         in_process_round_s,
         report["tls"],
