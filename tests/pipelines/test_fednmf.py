@@ -162,3 +162,20 @@ def test_no_server_node_reads_an_organisations_documents_for_evaluation() -> Non
 def test_bad_settings_are_refused_naming_the_parameter(change, message) -> None:
     with pytest.raises(ConfigError, match=message):
         from_mapping(FedNMFRunConfig, {**FEDNMF, **change}, "fednmf")
+
+
+def test_each_federated_method_reports_who_took_part_in_which_round(chain) -> None:
+    """Client sampling (2 of 3 organisations a round) leaves one out of each of the 4 rounds: said per method."""
+    metrics, runs = chain["fednmf_metrics"], chain["fednmf_tables"]["runs"]
+    federated = {f"{m}-{k}" for m in FEDNMF_METHODS if m.startswith("fed") and m != "fedlda" for k in (3, 4)}
+    assert set(metrics["participation"]) == federated
+    for summary in metrics["participation"].values():
+        assert summary["rounds"] == 4 and summary["totals"]["sampled_out"] == 4
+        assert summary["totals"]["took_part"] == 8 and sum(summary["took_part"].values()) == 8
+        rounds = sorted(r for entries in summary["left_out"].values() for e in entries for r in e["rounds"])
+        assert rounds == [0, 1, 2, 3]  # each round names the organisation it left out
+    by_key = dict(zip(runs["method"] + "-" + runs["topics"].astype(str), runs["left_out"], strict=True))
+    assert all(by_key[key] == 4 for key in federated)
+    assert all(math.isnan(v) for key, v in by_key.items() if key not in federated)  # no federation, no count
+    nested = {r["name"]: r["metrics"] for r in chain["fednmf_mlflow_runs"]["runs"]}
+    assert all(nested[key]["left_out"] == 4 for key in federated) and "left_out" not in nested["nmf-3"]

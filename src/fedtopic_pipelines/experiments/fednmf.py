@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import WEIGHT_RULES, TrainConfig
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.participation import participation
 from fedtopic_pipelines.core.federated.server import FederatedServer
 from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
@@ -110,8 +111,13 @@ class MethodResult:
     bytes: float  # bytes uploaded and downloaded in all (0 for a centralized method)
     curve: list[dict[str, float]] = field(default_factory=list)  # Fig. 3's points: key, round, bytes
     models: dict[str, Fitted] = field(default_factory=dict)  # the model and its curve's snapshots, by key
+    participation: dict[str, Any] | None = None  # a federated method's: who took part in each round, who not, why
 
     def row(self) -> dict[str, Any]:
+        """The flat row of the sweep's tables; ``left_out``: organisation-rounds left out (federated methods)."""
+        left_out = None
+        if self.participation is not None:
+            left_out = sum(n for why, n in self.participation["totals"].items() if why != "took_part")
         return {
             "method": self.method,
             "topics": self.topics,
@@ -119,6 +125,7 @@ class MethodResult:
             "seconds": self.seconds,
             "rounds": self.rounds,
             "bytes": self.bytes,
+            "left_out": left_out,
         }
 
 
@@ -265,8 +272,10 @@ def train_nmf(
         on_round_end=observe,
     )
     model = result.model.to_model()
-    sent = _communicated(result.model.history, _model_bytes(result.model.state), len(orgs)) if federated else [0.0]
-    return model, {"rounds": len(result.model.history), "bytes": sent[-1], "curve": snapshots}
+    history = result.model.history
+    sent = _communicated(history, _model_bytes(result.model.state), len(orgs)) if federated else [0.0]
+    who = participation(history, orgs) if federated else None
+    return model, {"rounds": len(history), "bytes": sent[-1], "curve": snapshots, "participation": who}
 
 
 def _gensim_corpus(matrix: sp.csr_matrix) -> list[list[tuple[int, float]]]:
@@ -366,6 +375,7 @@ def run_method(
         facts["bytes"],
         points,
         {key: fitted, **snapshots},
+        facts.get("participation"),
     )
 
 

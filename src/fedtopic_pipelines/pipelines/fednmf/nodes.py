@@ -104,6 +104,9 @@ def run_fednmf(
         "heterogeneity": heterogeneity,
         "candidates": candidates.to_dict(),
         "top_words": top,
+        "participation": {
+            model_key(r.method, r.topics): r.participation for r in results if r.participation is not None
+        },
     }
     return sweep, models
 
@@ -205,6 +208,7 @@ def summarise_fednmf(
         "table3": {m: {"we_coherence": r["we_coherence"], "npmi": r["npmi"]} for m, r in by_method.items()},
         "table4": {m: {k: r[k] for k in ("macro_f1", "accuracy", *paper)} for m, r in by_method.items()},
         "claims": _claims(by_method, tables["heterogeneity"], len(organisations)),
+        "participation": sweep.get("participation", {}),  # per federated model: who took part, who not, why
     }
     for name, claim in metrics["claims"].items():
         logger.info("fednmf claim %s: %s", name, claim)
@@ -231,7 +235,7 @@ def _mlflow_runs(runs: pd.DataFrame, tables: dict[str, pd.DataFrame], figures: d
                 "params": {"method": r["method"], "topics": r["topics"], "rule": rule_of(r["method"]) or "centralized"},
                 "metrics": {
                     k: float(r[k])
-                    for k in (*keys, "seconds", "bytes", "rounds")
+                    for k in (*keys, "seconds", "bytes", "rounds", "left_out")
                     if r.get(k) is not None and math.isfinite(float(r[k]))
                 },
             }
