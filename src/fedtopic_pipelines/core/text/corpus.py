@@ -11,10 +11,10 @@ import fnmatch
 import gzip
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 RAW_COLUMNS = ["doc_id", "organisation", "text", "label", "split"]
 MAX_LISTED_LINES = 20  # lines of documents of unconfigured organisations listed in the report
+# Characters one CSV cell may hold. The csv module's default (131,072) skipped a document that
+# JSONL keeps; documents are cut at 'preprocess.max_document_chars' later, whatever the format.
+CSV_FIELD_LIMIT = 2**31 - 1
 
 
 def assign_by_label(labels: pd.Series, mapping: Mapping[str, Sequence[str]]) -> pd.Series:
@@ -154,38 +157,119 @@ def _open_text(path: Path) -> IO[str]:
     return path.open(encoding="utf-8", errors="surrogateescape", newline="")
 
 
+def allow_long_csv_fields() -> None:
+    """Raise the csv module's cell limit (process-wide) so a CSV keeps every document a JSONL keeps."""
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
+
+
+class CsvRecord(NamedTuple):
+    """One CSV record: the line it starts on, the line it ends on, its fields."""
+
+    line: int
+    end: int
+    fields: list[str]
+
+
+class _NumberedLines:
+    """The lines a csv reader takes, numbered; the current record's are kept, to count them if a quote runs away."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = iter(lines)
+        self.number = 0
+        self.record: list[tuple[int, str]] = []
+
+    def __iter__(self) -> _NumberedLines:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.number += 1
+        self.record.append((self.number, line))
+        return line
+
+
+def _refused(
+    record: list[tuple[int, str]], source: str, exc: csv.Error, dialect: Mapping[str, Any]
+) -> Iterator[CsvRecord | SkippedRecord]:
+    """What a record the strict reader refused becomes: one line is read again leniently (as pandas
+    would: ``"a"b`` gives ``ab``); a quote left open over several lines skips each line it covers."""
+    first, last = record[0][0], record[-1][0]
+    if len(record) == 1:
+        try:
+            row = next(csv.reader([record[0][1]], **dialect), [])
+        except csv.Error as lax:
+            yield SkippedRecord(source, first, f"malformed CSV: {lax}")
+            return
+        if row:
+            yield CsvRecord(first, first, row)
+        return
+    ends = "the file ends inside it" if "unexpected end of data" in str(exc) else f"line {last}: {exc}"
+    reason = f"inside a quoted field opened on line {first} that is not closed properly ({ends})"
+    covered = [number for number, line in record if line.strip()]
+    logger.warning(
+        "%s: a quote opened on line %d is not closed properly (%s); its %d lines %d-%d are skipped: fix the quote",
+        source,
+        first,
+        ends,
+        len(covered),
+        first,
+        last,
+    )
+    for number in covered:
+        yield SkippedRecord(source, number, reason)
+
+
+def csv_records(lines: Iterable[str], source: str, **dialect: Any) -> Iterator[CsvRecord | SkippedRecord]:
+    """Every record of a CSV, in order: its fields, or a skipped record naming ``source`` and the line.
+
+    Quotes are read strictly, so a quote left open, which would swallow every line up to the
+    next quote character into one field, is found: each non-blank line it covers is skipped
+    (a line is counted as a record), naming the line the quote opened on. No record is
+    silently lost or merged into another. Blank lines are no records.
+    """
+    allow_long_csv_fields()
+    feed = _NumberedLines(lines)
+    reader = csv.reader(feed, strict=True, **dialect)
+    while True:
+        feed.record.clear()
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield from _refused(list(feed.record), source, exc, dialect)
+            continue
+        if row:
+            yield CsvRecord(feed.record[0][0], feed.record[-1][0], row)
+
+
 def _read_csv(path: Path) -> SourceTable:
     """Read a CSV record by record: a row with the wrong number of fields, a byte that is not
     UTF-8 or a quoting error is skipped and counted with its line, not fatal."""
     skipped: list[SkippedRecord] = []
     rows: list[list[str]] = []
     lines: list[int] = []
+    header: list[str] | None = None
     with _open_text(path) as handle:
-        reader = csv.reader(handle)
-        header: list[str] | None = None
-        while True:
-            start = reader.line_num + 1
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                skipped.append(SkippedRecord(str(path), start, f"malformed CSV: {exc}"))
-                continue
-            if not row:
-                continue  # a blank line is no record
+        for record in csv_records(handle, str(path)):
             if header is None:
-                if _has_bad_bytes(",".join(row)):
-                    raise CorpusError(f"table '{path}': its header (line {start}) is not valid UTF-8")
-                header = row
-                continue
-            if _has_bad_bytes("".join(row)):
-                skipped.append(SkippedRecord(str(path), start, "not valid UTF-8"))
-            elif len(row) != len(header):
-                skipped.append(SkippedRecord(str(path), start, f"{len(row)} fields, expected {len(header)}"))
+                if isinstance(record, SkippedRecord):
+                    raise CorpusError(f"table '{path}': its header (line {record.line}) is unreadable: {record.reason}")
+                if _has_bad_bytes(",".join(record.fields)):
+                    raise CorpusError(f"table '{path}': its header (line {record.line}) is not valid UTF-8")
+                header = record.fields
+            elif isinstance(record, SkippedRecord):
+                skipped.append(record)
+            elif _has_bad_bytes("".join(record.fields)):
+                skipped.append(SkippedRecord(str(path), record.line, "not valid UTF-8"))
+            elif len(record.fields) != len(header):
+                span = f" (one record over lines {record.line}-{record.end})" if record.end > record.line else ""
+                reason = f"{len(record.fields)} fields, expected {len(header)}{span}"
+                skipped.append(SkippedRecord(str(path), record.line, reason))
             else:
-                rows.append(row)
-                lines.append(start)
+                rows.append(record.fields)
+                lines.append(record.line)
     if header is None:
         raise CorpusError(f"table '{path}' is empty: no header line")
     frame = pd.DataFrame(rows, columns=header, dtype=object)
@@ -245,7 +329,13 @@ def load_table(path: Path) -> SourceTable:
     if table.skipped:
         first = table.skipped[0]
         logger.warning(
-            "%s: skipped %d malformed records (first: line %d, %s)", path, len(table.skipped), first.line, first.reason
+            "%s: %d records read, %d kept, skipped %d malformed records (first: line %d, %s)",
+            path,
+            len(table.frame) + len(table.skipped),
+            len(table.frame),
+            len(table.skipped),
+            first.line,
+            first.reason,
         )
     if table.frame.empty:
         detail = ""
