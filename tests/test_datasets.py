@@ -83,11 +83,13 @@ def test_bow_corpus_dataset_round_trips_without_pickle(tmp_path) -> None:
         np.array(["x", "y"]),
         np.array(["train", "test"]),
         "3f2a9c0d11b4e5a6",
+        "77aa00bb11cc22dd",
     )
     dataset = BowCorpusDataset(str(tmp_path / "bow" / "a.npz"))
     dataset.save(bow)
     back = dataset.load()
     assert back.vocabulary == "3f2a9c0d11b4e5a6" == back.subset("test").vocabulary  # the lineage travels
+    assert back.tokens == "77aa00bb11cc22dd" == back.subset("train").tokens == back.without_empty_documents()[0].tokens
     assert (back.matrix != bow.matrix).nnz == 0 and back.matrix.dtype == np.float32
     assert back.doc_ids.tolist() == ["a:1", "a:2"] and back.split.tolist() == ["train", "test"]
     assert back.subset("train").labels.tolist() == ["x"]

@@ -22,6 +22,7 @@ from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 VOCABULARY_KEY = "fedtopic.vocabulary"  # Parquet schema metadata of a bag of words' rows
+TOKENS_KEY = "fedtopic.tokens"  # ... and the fingerprint of the token table it counted
 
 
 class DemoWheelDataset(AbstractDataset[None, RawCorpus]):
@@ -138,20 +139,24 @@ class BowCorpusDataset(AbstractDataset[BowCorpus, BowCorpus]):
         matrix = sp.load_npz(self._matrix).tocsr()
         if matrix.shape[0] != len(rows):
             raise DatasetError(f"'{self._matrix}' has {matrix.shape[0]} rows but '{self._rows}' lists {len(rows)}")
-        vocabulary = (pq.read_schema(self._rows).metadata or {}).get(VOCABULARY_KEY.encode())
+        metadata = pq.read_schema(self._rows).metadata or {}
+        vocabulary, tokens = (metadata.get(key.encode()) for key in (VOCABULARY_KEY, TOKENS_KEY))
         return BowCorpus(
             matrix,
             rows["doc_id"].to_numpy(),
             rows["label"].to_numpy(),
             rows["split"].to_numpy(),
             None if vocabulary is None else vocabulary.decode(),
+            None if tokens is None else tokens.decode(),  # absent from bags of words written before: not judged
         )
 
     def _save(self, data: BowCorpus) -> None:
         self._matrix.parent.mkdir(parents=True, exist_ok=True)
         rows = pd.DataFrame({"doc_id": data.doc_ids, "label": data.labels, "split": data.split})
-        # the vocabulary's fingerprint travels with the rows: training checks it (core/lineage.py)
-        write_parquet_atomic(rows, self._rows, {VOCABULARY_KEY: data.vocabulary} if data.vocabulary else None)
+        # the fingerprints of the vocabulary and the tokens travel with the rows: the stages that
+        # read a bag of words beside the vocabulary, the models or the tokens check them (core/lineage.py)
+        lineage = {VOCABULARY_KEY: data.vocabulary, TOKENS_KEY: data.tokens}
+        write_parquet_atomic(rows, self._rows, {k: v for k, v in lineage.items() if v} or None)
         partial = self._matrix.with_name(self._matrix.stem + ".partial.npz")
         sp.save_npz(partial, data.matrix.tocsr())
         os.replace(partial, self._matrix)

@@ -42,3 +42,27 @@ def test_require_same_names_each_disagreeing_artefact_and_skips_unrecorded_ones(
     message = str(caught.value)
     assert "y, w were trained on vocabulary bb; z was trained on vocabulary cc" in message
     assert "current vocabulary is aa" in message and message.endswith("Run it again.") and "x was" not in message
+
+
+def test_tokens_fingerprint_follows_every_document_not_the_shards() -> None:
+    import pandas as pd
+
+    from fedtopic_pipelines.core.lineage import tokens_fingerprint
+
+    table = pd.DataFrame(
+        {
+            "doc_id": ["a:0", "a:1", "a:2"],
+            "organisation": "a",
+            "tokens": ["orbit moon", "puck goal", "disk file"],
+            "label": ["space", "hockey", "computer"],
+            "split": ["train", "train", "test"],
+        }
+    )
+    whole = tokens_fingerprint([table])
+    assert whole == tokens_fingerprint([table.iloc[:1], table.iloc[1:0], table.iloc[1:]])  # shards do not matter
+    assert whole == tokens_fingerprint([table.drop(columns="organisation")])  # only what a bag of words reads
+    for column, value in (("tokens", "puck"), ("doc_id", "a:9"), ("label", "space"), ("split", "test")):
+        changed = table.copy()
+        changed.loc[1, column] = value
+        assert tokens_fingerprint([changed]) != whole, column
+    assert tokens_fingerprint([table.iloc[[1, 0, 2]]]) != whole  # the order is the rows' index

@@ -1,6 +1,7 @@
 """Content fingerprints that tie each artefact to what it was built from.
 
-A bag of words is only meaningful over the vocabulary it was counted with, a model only over
+A bag of words is only meaningful over the vocabulary it was counted with and the tokens it
+counted, a model only over
 the vocabulary it was trained on, an organisation's co-occurrence counts only for the
 candidate words the server asked for. Each of these artefacts records the fingerprint of
 its inputs, and the stage that reads them compares the fingerprints before any index is
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 WIDTH = 16  # hex digits kept: 64 bits, ample to tell two runs' artefacts apart
 
@@ -33,6 +35,35 @@ def digest(value: Any) -> str:
 def vocabulary_fingerprint(terms: Sequence[str]) -> str:
     """Fingerprint of a vocabulary: its terms in column order (the order is the index)."""
     return digest(["vocabulary", [str(t) for t in terms]])
+
+
+TOKEN_COLUMNS = ("doc_id", "tokens", "label", "split")  # what a bag of words and an evaluation read of them
+
+
+class TokensHasher:
+    """Fingerprint of an organisation's token table, fed shard by shard: each document's id,
+    tokens, label and split in order. Rows are hashed one by one, so how the table is cut into
+    shards does not matter; another preprocessing (other parameters, other raw documents)
+    changes it. Fed while a stage reads the shards anyway, so no shard is read twice."""
+
+    def __init__(self) -> None:
+        self._hasher = hashlib.sha256(json.dumps(["tokens", TOKEN_COLUMNS]).encode())
+
+    def update(self, frame: pd.DataFrame) -> None:
+        if len(frame):
+            rows = frame[list(TOKEN_COLUMNS)].astype(str)
+            self._hasher.update(pd.util.hash_pandas_object(rows, index=False).to_numpy().tobytes())
+
+    def hexdigest(self) -> str:
+        return self._hasher.hexdigest()[:WIDTH]
+
+
+def tokens_fingerprint(frames: Iterable[pd.DataFrame]) -> str:
+    """Fingerprint of a token table given as its shards (or one DataFrame in a list)."""
+    hasher = TokensHasher()
+    for frame in frames:
+        hasher.update(frame)
+    return hasher.hexdigest()
 
 
 def _tensor_bytes(tensor: Any) -> bytes:

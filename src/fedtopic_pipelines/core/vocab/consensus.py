@@ -34,7 +34,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import ConsensusConfig, PrivacyConfig
-from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
+from fedtopic_pipelines.core.lineage import TokensHasher, vocabulary_fingerprint
 from fedtopic_pipelines.core.vocab.privacy import (
     VocabularyPrivacyError,
     check_reveal,
@@ -358,11 +358,14 @@ class BowCorpus:
     labels: np.ndarray
     split: np.ndarray
     vocabulary: str | None = None  # fingerprint of the vocabulary its columns index (core/lineage.py)
+    tokens: str | None = None  # fingerprint of the token table its rows count (core/lineage.py)
 
     def subset(self, split: str) -> BowCorpus:
         """Rows of one split (``train`` or ``test``)."""
         mask = self.split == split
-        return BowCorpus(self.matrix[mask], self.doc_ids[mask], self.labels[mask], self.split[mask], self.vocabulary)
+        return BowCorpus(
+            self.matrix[mask], self.doc_ids[mask], self.labels[mask], self.split[mask], self.vocabulary, self.tokens
+        )
 
     def without_empty_documents(self) -> tuple[BowCorpus, dict[str, int]]:
         """Drop documents with no term of the common vocabulary; return how many, per split.
@@ -372,7 +375,9 @@ class BowCorpus:
         empty = np.asarray(self.matrix.sum(axis=1)).ravel() == 0
         dropped = {str(s): int((self.split[empty] == s).sum()) for s in np.unique(self.split[empty])}
         keep = ~empty
-        kept = BowCorpus(self.matrix[keep], self.doc_ids[keep], self.labels[keep], self.split[keep], self.vocabulary)
+        kept = BowCorpus(
+            self.matrix[keep], self.doc_ids[keep], self.labels[keep], self.split[keep], self.vocabulary, self.tokens
+        )
         return kept, dropped
 
     def __len__(self) -> int:
@@ -436,7 +441,9 @@ def vectorize_frames(
     parts: list[BowCorpus] = []
     org = "?"
     tokens: dict[str, Counter[str]] = {}
+    fingerprint = TokensHasher()
     for frame in frames:
+        fingerprint.update(frame)
         if len(frame):
             org = str(frame["organisation"].iloc[0])
         docs = [t.split() for t in frame["tokens"]]
@@ -458,6 +465,7 @@ def vectorize_frames(
         np.concatenate([p.labels for p in parts]),
         np.concatenate([p.split for p in parts]),
         vocabulary_fingerprint(vocabulary),
+        fingerprint.hexdigest(),
     )
     bow, dropped = bow.without_empty_documents()
     if dropped:

@@ -33,6 +33,7 @@ from fedtopic_pipelines.core.lineage import (
     digest,
     models_fingerprint,
     require_same,
+    tokens_fingerprint,
     vocabulary_fingerprint,
 )
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
@@ -73,6 +74,10 @@ def model_topics(models: Mapping[str, TrainedModel], vocabulary: pd.DataFrame, n
 
 RETRAIN = "Run `kedro run --pipeline=train` again, then `--pipeline=evaluate` (or the whole chain)."
 REEVALUATE = "Run the evaluate pipeline whole: `kedro run --pipeline=evaluate`."
+REVECTORISE = (
+    "The tokens were rebuilt (preprocess ran again) after the bag of words was counted: run "
+    "`kedro run --pipeline=vocab_consensus`, then `--pipeline=train` and `--pipeline=evaluate` (or the whole chain)."
+)
 
 
 def check_models_against_vocabulary(models: Mapping[str, TrainedModel], vocabulary: pd.DataFrame) -> str:
@@ -138,9 +143,10 @@ def evaluate_organisation(
     """
     config = from_mapping(EvaluateConfig, params, "evaluate")
     lineage = evaluation_lineage(models, params)
-    _check_inputs(lineage, candidates, bow)
     tokens = as_frame(tokens)
     org = str(tokens["organisation"].iloc[0])
+    lineage["tokens"] = tokens_fingerprint([tokens])
+    _check_inputs(lineage, candidates, bow, org)
     texts = [t.split() for t in tokens["tokens"]]
     contexts = sorted({context_of(m) for m in config.coherence_measures})
 
@@ -161,8 +167,9 @@ def evaluate_organisation(
     }
 
 
-def _check_inputs(lineage: dict[str, str], candidates: dict[str, Any], bow: BowCorpus) -> None:
-    """The candidates were chosen for these models and parameters, over this bag of words' vocabulary."""
+def _check_inputs(lineage: dict[str, str], candidates: dict[str, Any], bow: BowCorpus, org: str) -> None:
+    """The candidates were chosen for these models and parameters, over this bag of words' vocabulary;
+    the bag of words counted these tokens (the held-out scores and the coherence counts read one corpus)."""
     recorded = candidates.get("lineage", {})
     require_same("models", lineage["models"], {"coherence_candidates": recorded.get("models")}, REEVALUATE)
     require_same(
@@ -174,6 +181,13 @@ def _check_inputs(lineage: dict[str, str], candidates: dict[str, Any], bow: BowC
         {"this organisation's bag of words": bow.vocabulary},
         "Run `kedro run --pipeline=vocab_consensus` again, then train and evaluate (or the whole chain).",
         built_from="vectorised with",
+    )
+    require_same(
+        f"clients.{org}.tokens",
+        lineage["tokens"],
+        {f"clients.{org}.bow": bow.tokens},
+        REVECTORISE,
+        built_from="counted from",
     )
 
 
@@ -286,8 +300,10 @@ def _summary_lineage(
     candidates: dict[str, Any],
     params: dict[str, Any],
     evaluations: dict[str, dict[str, Any]],
-) -> dict[str, str]:
-    """What the summary was computed from, checked to be what every organisation scored with."""
+) -> dict[str, Any]:
+    """What the summary was computed from, checked to be what every organisation scored with;
+    with each organisation's token fingerprint (computed inside it), so that another
+    preprocessing shows in the lineage."""
     vocabulary_id = check_models_against_vocabulary(models, vocabulary)
     lineage = {"vocabulary": vocabulary_id, **evaluation_lineage(models, params)}
     lineage["candidates"] = candidates_fingerprint(candidates)
@@ -296,7 +312,7 @@ def _summary_lineage(
         if what != "candidates":
             found["coherence_candidates"] = candidates.get("lineage", {}).get(what)
         require_same("evaluate parameters" if what == "evaluate" else what, lineage[what], found, REEVALUATE)
-    return lineage
+    return {**lineage, "tokens": {org: evaluations[org].get("lineage", {}).get("tokens") for org in organisations}}
 
 
 def _model_entry(

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from fedtopic_pipelines.core.config import ConsensusConfig, PrivacyConfig, from_mapping
+from fedtopic_pipelines.core.lineage import vocabulary_fingerprint
 from fedtopic_pipelines.core.shards import ShardedTable
 from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.core.vocab.consensus import (
@@ -86,7 +87,9 @@ def merge_vocabulary(
     selection = select_vocabulary(proposals, consensus_config, privacy_config)
     result = complete_vocabulary(selection, proposals, reveals)
     logger.info("common vocabulary (%s): %d terms", consensus_config.merge, len(result.vocabulary))
-    return result.vocabulary, result.report, view_of(selection, proposals, reveals, result)
+    # the report names the vocabulary it describes: the privacy audit reads it beside the models
+    report = {**result.report, "lineage": {"vocabulary": vocabulary_fingerprint(result.vocabulary["term"].tolist())}}
+    return result.vocabulary, report, view_of(selection, proposals, reveals, result)
 
 
 def score_vocabulary_attack(

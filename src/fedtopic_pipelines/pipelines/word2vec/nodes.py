@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +21,47 @@ import pandas as pd
 
 from fedtopic_pipelines.core.config import Word2VecRunConfig, from_mapping
 from fedtopic_pipelines.core.families.word2vec import Sentences, gensim_reference, sentences_from_frames
-from fedtopic_pipelines.core.lineage import require_same, vocabulary_fingerprint
+from fedtopic_pipelines.core.lineage import TokensHasher, require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.shards import iter_frames
+from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 from fedtopic_pipelines.pipelines.train.nodes import train_recorded
 
 logger = logging.getLogger(__name__)
 
 
-def build_sentences(tokens: Any, vocabulary: pd.DataFrame) -> tuple[Sentences, dict[str, Any]]:
+RECONSENSUS = (
+    "The tokens were rebuilt (preprocess ran again) after vocab_consensus: run `kedro run --pipeline=vocab_consensus`, "
+    "then `--pipeline=word2vec` (or `kedro run`, then word2vec)."
+)
+
+
+def build_sentences(tokens: Any, vocabulary: pd.DataFrame, bow: BowCorpus) -> tuple[Sentences, dict[str, Any]]:
     """The organisation's training documents as ids of the common vocabulary (inside it), and a
-    report of counts (documents kept, dropped for fewer than two vocabulary tokens)."""
-    return sentences_from_frames(iter_frames(tokens), vocabulary["term"].tolist(), vocabulary["frequency"].tolist())
+    report of counts (documents kept, dropped for fewer than two vocabulary tokens).
+
+    ``bow`` is read for its lineage only: vocab_consensus wrote it with the common vocabulary,
+    so it tells whether these tokens are the ones that vocabulary was agreed on (another
+    preprocessing since stops here, named, instead of training on a mixed run)."""
+    terms = vocabulary["term"].tolist()
+    hasher = TokensHasher()
+    org = "?"
+
+    def hashed(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        """The shards, fed to the fingerprint on the way: the tokens are read once."""
+        nonlocal org
+        for frame in frames:
+            hasher.update(frame)
+            org = str(frame["organisation"].iloc[0]) if len(frame) else org
+            yield frame
+
+    sentences, report = sentences_from_frames(hashed(iter_frames(tokens)), terms, vocabulary["frequency"].tolist())
+    bow_name = f"clients.{org}.bow"
+    require_same("vocabulary", vocabulary_fingerprint(terms), {bow_name: bow.vocabulary}, RECONSENSUS)
+    require_same(
+        f"clients.{org}.tokens", hasher.hexdigest(), {bow_name: bow.tokens}, RECONSENSUS, built_from="counted from"
+    )
+    return sentences, report
 
 
 def train_word2vec(

@@ -13,13 +13,14 @@ from fedtopic_pipelines.pipelines.word2vec.nodes import (
 
 def create_pipeline(organisations: list[str]) -> Pipeline:
     """Reads what the default chain wrote: each organisation's tokens (``preprocess``) and the
-    common vocabulary with its summed counts (``vocab_consensus``). Only the report's counts
+    common vocabulary with its summed counts (``vocab_consensus``); each organisation's bag of
+    words for its lineage only (both checked to be of one run). Only the report's counts
     (``word2vec_report__<org>``) and, in training, sparse gradient rows leave an organisation."""
     site = Pipeline(
         [
             Node(
                 build_sentences,
-                inputs=["tokens", "vocabulary"],
+                inputs=["tokens", "vocabulary", "bow"],
                 outputs=["sentences", "word2vec_report"],
                 name="build_sentences",
             )
