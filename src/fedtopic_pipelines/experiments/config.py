@@ -143,6 +143,17 @@ class FedNMFRunConfig(ConfigModel):
             )
         return self
 
+    def federation_sizes(self, organisations: int) -> tuple[int, ...]:
+        """How many organisations each federated run of the sweep trains over: the corpus's
+        ``organisations`` for its federated methods, and Fig. 4's K = ``heterogeneity.clients``
+        (and the corpus's K at each alpha; ``experiments/fednmf.py: run_heterogeneity``), so that
+        a rule these numbers cannot satisfy is refused before the first run, not the tenth."""
+        sizes = {organisations} if any(m in FEDERATED_NMF_METHODS for m in self.methods) else set()
+        sweep = self.heterogeneity
+        if sweep.alphas and sweep.clients and sweep.methods:
+            sizes |= {organisations, *sweep.clients}
+        return tuple(sorted(sizes))
+
 
 # gFedNTM's synthetic experiment (sec. 4.1, Fig. 3) -----------------------------------------
 class SweepConfig(ConfigModel):
