@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fedtopic_pipelines.core.config import ConfigError
 from fedtopic_pipelines.core.runlock import ProjectBusyError, RunLock
 from fedtopic_pipelines.hooks import (
     END_REASON,
@@ -19,6 +20,7 @@ from fedtopic_pipelines.hooks import (
     OWNER_HOST,
     OWNER_PID,
     OWNER_START,
+    ValidateParametersHook,
     fail_orphaned_runs,
     git_commit,
     owner_is_dead,
@@ -26,6 +28,7 @@ from fedtopic_pipelines.hooks import (
     process_start,
     run_name,
 )
+from fedtopic_pipelines.parameters import validate_parameters
 
 
 def test_run_name_says_pipeline_and_environment() -> None:
@@ -55,6 +58,24 @@ def test_git_commit_and_dirty_flag_outside_and_inside_a_repository(tmp_path: Pat
     assert git_commit(tmp_path) == {"mlflow.source.git.commit": head, "git_dirty": "false"}
     (tmp_path / "a.txt").write_text("two")
     assert git_commit(tmp_path) == {"mlflow.source.git.commit": head, "git_dirty": "true"}
+
+
+def test_a_robust_rule_the_organisations_cannot_satisfy_stops_the_run_before_any_node() -> None:
+    """``before_pipeline_run`` runs before the first node: Krum with f = 10 of 5 organisations
+    used to fail at the training node, after ingestion, preprocessing and the consensus."""
+    from kedro.pipeline import Pipeline
+
+    hook = ValidateParametersHook()
+    hook.config = validate_parameters(
+        {
+            "organisations": ["a", "b", "c", "d", "e"],
+            "train": {},
+            "privacy": {"robust_rule": "krum", "krum_byzantine": 10},
+        }
+    )
+    with pytest.raises(ConfigError, match=r"parameter 'privacy.krum_byzantine' is 10, but 'train' aggregates n = 5"):
+        hook.before_pipeline_run({"pipeline_names": None}, Pipeline([]), None)
+    hook.before_pipeline_run({"pipeline_names": ["ingest"]}, Pipeline([]), None)  # trains nothing: runs
 
 
 # --- killed runs: a real sqlite store, real processes --------------------------------------

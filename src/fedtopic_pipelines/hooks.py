@@ -21,7 +21,7 @@ from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError
-from fedtopic_pipelines.parameters import check_privacy, validate_parameters
+from fedtopic_pipelines.parameters import check_run, validate_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +61,11 @@ class ValidateParametersHook:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
-        """The privacy switch against the families the named pipelines train (issue 19)."""
+        """What the parameters and this machine can answer about the named pipelines (the privacy
+        switch against each family, robust rules against the organisations per round, devices)."""
         config = getattr(self, "config", None)
         if config is not None:
-            check_privacy(config, run_params.get("pipeline_names"))
+            check_run(config, run_params.get("pipeline_names"))
 
 
 def default_env() -> str:

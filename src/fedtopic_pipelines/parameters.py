@@ -12,6 +12,7 @@ imports it; like them it imports no kedro, flwr or mlflow (docs/architecture.md,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,19 +105,122 @@ def validate_parameters(params: Mapping[str, Any]) -> ProjectConfig:
     return ProjectConfig(None if corpus is None else str(corpus), list(organisations), blocks, synthetic)
 
 
+@dataclass(frozen=True)
+class Trained:
+    """One ``train`` block a run trains: its parameter path, the block under ``privacy``, and the
+    number of organisations of each federation it trains (empty: no federated scenario)."""
+
+    where: str
+    train: TrainConfig
+    federations: tuple[int, ...]
+
+
+def trained_blocks(config: ProjectConfig, pipelines: Sequence[str] | None) -> list[Trained]:
+    """The ``train`` blocks the named pipelines train (``__default__`` when none is named), each
+    under the top-level ``privacy`` where that applies; :class:`ConfigError` when it cannot."""
+    privacy = config.blocks.get("privacy")
+    names = set(pipelines or ["__default__"])
+    organisations = len(config.organisations)
+    blocks: list[Trained] = []
+    if names & set(TRAINS_MAIN):
+        train = with_privacy(config.train, privacy, "train")
+        blocks.append(Trained("train", train, _federated(train, organisations)))
+    for name in TRAINED:
+        if name in names and name in config.blocks:
+            block = config.blocks[name]
+            train = with_privacy(block.train, privacy, f"{name}.train")
+            sizes = (
+                block.federation_sizes(organisations)
+                if isinstance(block, FedNMFRunConfig)
+                else _federated(train, organisations)
+            )
+            blocks.append(Trained(f"{name}.train", train, sizes))
+    if SYNTHETIC in names and config.synthetic is not None:  # its own organisations, its own train.privacy
+        synthetic = config.synthetic
+        scenarios = synthetic.sweep.scenarios or synthetic.train.scenarios
+        sizes = (synthetic.generator.n_organisations,) if "federated" in scenarios else ()
+        blocks.append(Trained("synthetic.train", synthetic.train, sizes))
+    return blocks
+
+
+def _federated(train: TrainConfig, organisations: int) -> tuple[int, ...]:
+    return (organisations,) if "federated" in train.scenarios else ()
+
+
+def check_run(config: ProjectConfig, pipelines: Sequence[str] | None) -> None:
+    """Everything about the named pipelines that the parameters and this machine can answer,
+    checked before the first node (the hook's ``before_pipeline_run``), each refusal naming the
+    parameter: ``privacy`` against each family trained, the organisations per round against
+    client sampling and the robust rule, and the device each block asks for."""
+    for block in trained_blocks(config, pipelines):
+        for organisations in block.federations:
+            check_robust(block.train, organisations, block.where)
+        check_device(block.train.device, f"{block.where}.device")
+
+
+def participants(organisations: int, fraction: float, where: str) -> int:
+    """floor(C K) organisations per round, as the server samples them
+    (``core/federated/local.py: participants_per_round``; a test holds the two equal)."""
+    if organisations <= 1 or fraction >= 1.0:
+        return organisations
+    m = math.floor(fraction * organisations + 1e-9)
+    if m < 1:
+        raise ConfigError(
+            f"parameter '{where}.aggregation.client_fraction' is {fraction}: with {organisations} organisations "
+            f"floor(C K) = 0 organisations would train per round; set it to at least 1/K = {1 / organisations:.3g}"
+        )
+    return m
+
+
+def check_robust(train: TrainConfig, organisations: int, where: str) -> None:
+    """``train.privacy``'s robust rule against the n updates a round of ``where`` aggregates (floor(C K)
+    of its K ``organisations``): Krum needs n - f - 2 > 0 and keeps at most n - f; a trimmed mean
+    that cuts int(fraction x n) = 0 from each end is the plain mean it was chosen not to be."""
+    privacy, fraction = train.privacy, train.aggregation.client_fraction
+    rule, f, keep, trim = privacy.robust_rule, privacy.krum_byzantine, privacy.krum_keep, privacy.trim_fraction
+    n = participants(organisations, fraction, where)
+    if n < 1 or rule in ("mean", "median"):
+        return
+    how = f"its {organisations} organisations"
+    if n < organisations:
+        how = f"floor({fraction} x {organisations}) of {how}, '{where}.aggregation.client_fraction'"
+    rounds = f"'{where}' aggregates n = {n} updates per round ({how})"
+    if rule == "trimmed_mean" and trim > 0 and int(trim * n) == 0:
+        advice = f"set it to at least {math.ceil(1000 / n) / 1000:g}" if n > 2 else f"no fraction < 0.5 cuts one of {n}"
+        raise ConfigError(
+            f"parameter 'privacy.trim_fraction' is {trim}, but {rounds}: int({trim} x {n}) = 0 cut from each end "
+            f"leaves an unweighted mean that keeps no attacker out; {advice}, or use median"
+        )
+    if rule == "krum" and n - f - 2 <= 0:
+        advice = f"set it to at most {n - 3}" if n >= 3 else "no f >= 0 allows that with n < 3; use median"
+        raise ConfigError(
+            f"parameter 'privacy.krum_byzantine' is {f}, but {rounds}: Krum scores each update by its n - f - 2 "
+            f"nearest others and needs n - f - 2 > 0; {advice}"
+        )
+    if rule == "krum" and keep > n - f:
+        raise ConfigError(
+            f"parameter 'privacy.krum_keep' is {keep}, but {rounds}, of which 'privacy.krum_byzantine' = {f} may be "
+            f"Byzantine: at most n - f = {n - f} can be kept"
+        )
+
+
+def check_device(device: str, parameter: str) -> None:
+    """A device this machine lacks (``cuda`` on a CPU host) stops the run before ingestion, not
+    at the training node; torch is imported only when a block names such a device."""
+    if device in ("auto", "cpu"):
+        return
+    from fedtopic_pipelines.core.compute import missing_device
+
+    missing = missing_device(device)
+    if missing:
+        raise ConfigError(f"parameter '{parameter}' is {device!r}, but {missing}; use 'auto' or 'cpu'")
+
+
 def check_privacy(config: ProjectConfig, pipelines: Sequence[str] | None) -> None:
     """The ``privacy`` switch against the family each pipeline of the run trains (before any node
     runs): ``kedro run --pipeline=word2vec`` with DP set is refused there, and the same DP on the
     default chain's ProdLDA is not held against word2vec's block, which that run never reads."""
-    privacy = config.blocks.get("privacy")
-    if privacy is None:
-        return
-    names = set(pipelines or ["__default__"])
-    if names & set(TRAINS_MAIN):
-        with_privacy(config.train, privacy, "train")
-    for name in TRAINED:
-        if name in names and name in config.blocks:
-            with_privacy(config.blocks[name].train, privacy, f"{name}.train")
+    trained_blocks(config, pipelines)
 
 
 def with_privacy(

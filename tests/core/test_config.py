@@ -14,8 +14,10 @@ from fedtopic_pipelines.core.config import (
     PreprocessConfig,
     ProdLDAConfig,
     TrainConfig,
+    Word2VecRunConfig,
     from_mapping,
 )
+from fedtopic_pipelines.experiments.config import FedNMFRunConfig, PCTDRunConfig, SyntheticExperimentConfig
 
 
 def test_unknown_scenario_is_named() -> None:
@@ -99,6 +101,27 @@ def test_cross_field_rules_name_the_parameters() -> None:
         TrainConfig.from_params({"checkpoint_every": 3})
     with pytest.raises(ConfigError, match="repeats a scenario"):
         TrainConfig.from_params({"scenarios": ["federated", "federated"]})
+
+
+@pytest.mark.parametrize("block", ["pctd", "word2vec"])
+def test_a_nested_train_blocks_rule_is_named_by_its_full_path_not_dumped(block) -> None:
+    cls = PCTDRunConfig if block == "pctd" else Word2VecRunConfig
+    with pytest.raises(ConfigError) as caught:
+        from_mapping(cls, {"train": {"model": {"family": block}, "aggregation": {"rule": "fedavg"}}}, block)
+    message = str(caught.value)
+    assert f"'{block}.train.aggregation.rule' is 'fedavg'" in message
+    assert "allowed: null, meaning 'fedsgd', or one of ['fedsgd']" in message
+    assert "'scenarios'" not in message and "{" not in message  # the block's other settings are not dumped
+
+
+def test_a_nested_blocks_own_checks_keep_other_blocks_names() -> None:
+    with pytest.raises(ConfigError) as caught:
+        from_mapping(FedNMFRunConfig, {"train": {"checkpoint_every": 2}}, "fednmf")
+    assert "'fednmf.train.checkpoint_every' > 0 needs 'fednmf.train.checkpoint_dir'" in str(caught.value)
+    raw = {"train": {"model": {"normalization": "batch"}, "aggregation": {"rule": "fedavg"}}}
+    rule = r"'synthetic.train.aggregation.rule' is 'fedavg' with 'synthetic.train.model.normalization: batch'"
+    with pytest.raises(ConfigError, match=rule):
+        from_mapping(SyntheticExperimentConfig, raw, "synthetic")
 
 
 def test_direct_construction_is_validated_too() -> None:

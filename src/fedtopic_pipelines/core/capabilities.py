@@ -70,7 +70,12 @@ class FamilyCapabilities:
         """The reason ``rule`` is refused, or None when the family trains under it."""
         if rule in self.rules:
             return None
-        return self.rule_refusal.format(rule=rule, rules=[r for r in ("fedsgd", *WEIGHT_RULES) if r in self.rules])
+        allowed = [r for r in ("fedsgd", *WEIGHT_RULES) if r in self.rules]
+        refusal = self.rule_refusal.format(rule=rule, rules=allowed)
+        if "{rules}" in self.rule_refusal:
+            return refusal
+        # a reason alone leaves the user guessing what to write instead
+        return f"{refusal} (allowed: null, meaning {self.default_rule!r}, or one of {allowed})"
 
     def refuse_optimizer(self, name: str) -> str | None:
         """The reason local optimiser ``name`` is refused, or None."""

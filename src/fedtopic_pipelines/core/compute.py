@@ -21,9 +21,27 @@ def resolve_device(name: str) -> torch.device:
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("parameter 'train.device' is 'cuda' but no CUDA device is available")
+    missing = missing_device(name)
+    if missing:
+        raise ValueError(f"parameter 'train.device' is {name!r}, but {missing}")
     return torch.device(name)
+
+
+def missing_device(name: str) -> str | None:
+    """Why torch cannot compute on device ``name`` on this machine (None: it can), so that a run
+    asking for a GPU that is not there stops before its first node instead of at training."""
+    import torch  # deferred: see the module docstring
+
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return "torch finds no CUDA device on this machine"
+        if device.index is not None and device.index >= count:
+            return f"torch finds {count} CUDA device(s) on this machine"
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        return "torch finds no MPS device (Apple silicon) on this machine"
+    return None
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import Field, model_validator
 
 from fedtopic_pipelines.core.config import (
+    GLOVE_VECTORS,
     WEIGHT_RULES,
     AggregationConfig,
     ConfigError,
@@ -36,6 +37,7 @@ from fedtopic_pipelines.core.config import (
     TrainConfig,
     check_distinct,
     check_trained_by,
+    check_vectors,
     from_mapping,
 )
 
@@ -63,9 +65,11 @@ class LDAConfig(ConfigModel):
 class FedNMFEvaluateConfig(ConfigModel):
     """How every model of the sweep is scored (seed 004 sec. IV-B).
 
-    ``top_words`` per topic for the word-embedding coherence (eq. 4, over ``word_vectors``)
-    and the pooled NPMI; a linear SVM (``svm_c``) on the documents' topic weights with a
-    stratified ``svm_test_size`` split for macro-F1 and accuracy, over at most
+    ``top_words`` per topic for the word-embedding coherence (eq. 4, over ``word_vectors``:
+    GloVe or a word2vec text / binary file; a gensim KeyedVectors file is a pickle, which can
+    run code, and loads only with ``trust_pickle: true``) and the pooled NPMI; a linear SVM
+    (``svm_c``) on the documents' topic weights with a stratified ``svm_test_size`` split for
+    macro-F1 and accuracy, over at most
     ``max_documents`` documents (a seeded sample; null: all). ``curve_topics``: the number of
     topics whose federated runs are also scored ``curve_points`` times during training
     against the bytes communicated (Fig. 3; null: no curve).
@@ -74,12 +78,18 @@ class FedNMFEvaluateConfig(ConfigModel):
     block: ClassVar[str] = "fednmf.evaluate"
 
     top_words: TopicCount = 10
-    word_vectors: Annotated[str, Field(min_length=1)] = "glove-6b-50d"
+    word_vectors: Annotated[str, Field(min_length=1)] = GLOVE_VECTORS
+    trust_pickle: bool = False
     svm_test_size: OpenFraction = 0.2
     svm_c: PositiveFloat = 1.0
     max_documents: PositiveInt | None = None
     curve_topics: TopicCount | None = 100
     curve_points: PositiveInt = 5
+
+    @model_validator(mode="after")
+    def _safe_vectors(self) -> Self:
+        check_vectors(self.word_vectors, self.trust_pickle, "fednmf.evaluate.word_vectors")
+        return self
 
 
 class HeterogeneityConfig(ConfigModel):
@@ -142,6 +152,17 @@ class FedNMFRunConfig(ConfigModel):
                 f"'fednmf.evaluate.curve_topics' is {curve}, not one of 'fednmf.topics' {list(self.topics)}"
             )
         return self
+
+    def federation_sizes(self, organisations: int) -> tuple[int, ...]:
+        """How many organisations each federated run of the sweep trains over: the corpus's
+        ``organisations`` for its federated methods, and Fig. 4's K = ``heterogeneity.clients``
+        (and the corpus's K at each alpha; ``experiments/fednmf.py: run_heterogeneity``), so that
+        a rule these numbers cannot satisfy is refused before the first run, not the tenth."""
+        sizes = {organisations} if any(m in FEDERATED_NMF_METHODS for m in self.methods) else set()
+        sweep = self.heterogeneity
+        if sweep.alphas and sweep.clients and sweep.methods:
+            sizes |= {organisations, *sweep.clients}
+        return tuple(sorted(sizes))
 
 
 # gFedNTM's synthetic experiment (sec. 4.1, Fig. 3) -----------------------------------------

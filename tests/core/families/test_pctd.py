@@ -156,3 +156,14 @@ def test_the_consistency_matrix_reads_a_word2vec_file_and_follows_the_vocabulary
     assert r[index["rare"]].sum() == 1.0  # outside the 4 most frequent words: linked to nothing
     with pytest.raises(ConfigError, match="train.model.consistency_vectors"):
         consistency_matrix(terms, frequencies, _config(consistency_vectors=str(tmp_path / "missing.txt")).model)
+    # the same vectors in gensim's pickled format: read only with the block's opt-in
+    from gensim.models import KeyedVectors
+
+    pickled = tmp_path / "vectors.kv"
+    KeyedVectors.load_word2vec_format(str(path)).save(str(pickled))
+    with pytest.raises(ConfigError, match="'train.model.trust_pickle: true'"):
+        _config(consistency_vectors=str(pickled))
+    trusted = _config(
+        consistency_vectors=str(pickled), trust_pickle=True, consistency_frequent=4, consistency_neighbours=1
+    )
+    assert np.allclose(consistency_matrix(terms, frequencies, trusted.model).toarray(), r)

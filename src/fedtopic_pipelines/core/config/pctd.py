@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from fedtopic_pipelines.core.capabilities import DataKind, FamilyCapabilities
 from fedtopic_pipelines.core.config.base import (
+    GLOVE_VECTORS,
     Name,
     NonNegativeFloat,
     NonNegativeInt,
@@ -15,8 +16,11 @@ from fedtopic_pipelines.core.config.base import (
     PositiveFloat,
     PositiveInt,
     check_one_of,
+    check_vectors,
 )
 from fedtopic_pipelines.core.config.family import FamilyConfig
+
+NO_VECTORS = "none"  # consistency_vectors: no consistency matrix
 
 
 class PCTDConfig(FamilyConfig):
@@ -31,8 +35,9 @@ class PCTDConfig(FamilyConfig):
     the paper's 0.25. The server sums, adds
     ``beta`` to every entry (0: the paper's eq. 11 as printed; docs/pctd.md says why the default
     smooths), normalises and applies eq. 13 with ``tau`` over the similarity matrix R of
-    ``consistency_vectors`` ("glove-6b-50d", a word2vec / KeyedVectors file such as the
-    word2vec pipeline's, or "none"): each of the ``consistency_frequent`` most frequent words
+    ``consistency_vectors`` ("glove-6b-50d", a word2vec text / binary file such as the word2vec
+    pipeline's, or "none"; a gensim KeyedVectors file is a pickle, which can run code, and loads
+    only with ``trust_pickle: true``): each of the ``consistency_frequent`` most frequent words
     linked to its ``consistency_neighbours`` nearest ones above ``consistency_threshold``.
     ``fold_in_iterations``: noise-free E-steps that give held-out documents their p(z|d).
     """
@@ -66,7 +71,8 @@ class PCTDConfig(FamilyConfig):
     noise: Literal["projected", "per_entry"] = "projected"
     beta: NonNegativeFloat = 0.01
     tau: NonNegativeFloat = 0.3
-    consistency_vectors: Name = "glove-6b-50d"
+    consistency_vectors: Name = GLOVE_VECTORS
+    trust_pickle: bool = False
     consistency_frequent: PositiveInt = 5000
     consistency_neighbours: NonNegativeInt = 20
     consistency_threshold: Annotated[float, Field(ge=-1.0, lt=1.0)] = 0.5
@@ -75,4 +81,6 @@ class PCTDConfig(FamilyConfig):
     @model_validator(mode="after")
     def _one_noise_setting(self) -> Self:
         check_one_of("train.model", False, sigma=self.sigma, target_epsilon=self.target_epsilon)
+        vectors = "train.model.consistency_vectors"
+        check_vectors(self.consistency_vectors, self.trust_pickle, vectors, (GLOVE_VECTORS, NO_VECTORS))
         return self

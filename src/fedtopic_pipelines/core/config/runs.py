@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Literal, Self
 from pydantic import Field, model_validator
 
 from fedtopic_pipelines.core.config.aggregation import OptimizerConfig
-from fedtopic_pipelines.core.config.base import ConfigModel, PositiveInt
+from fedtopic_pipelines.core.config.base import GLOVE_VECTORS, ConfigModel, PositiveInt, check_vectors
 from fedtopic_pipelines.core.config.evaluate import WordVectorsEvaluateConfig
 from fedtopic_pipelines.core.config.registry import check_trained_by
 from fedtopic_pipelines.core.config.train import TrainConfig
@@ -42,11 +42,18 @@ class RealDataConfig(ConfigModel):
     """The ``realdata`` block: each organisation's own model at ``node_topics`` topics, a
     federated model at each of ``federated_topics``, all of the ``train`` block's family and
     settings otherwise; AMWMD over ``top_words`` words per topic with ``word_vectors``
-    (``glove-6b-50d``, or a gensim KeyedVectors / word2vec file)."""
+    (``glove-6b-50d``, or a word2vec text / binary file; a gensim KeyedVectors file is a pickle,
+    which can run code, and loads only with ``trust_pickle: true``)."""
 
     block: ClassVar[str] = "realdata"
 
     node_topics: Annotated[int, Field(ge=2)] = 10
     federated_topics: Annotated[tuple[Annotated[int, Field(ge=2)], ...], Field(min_length=1)] = (10, 25)
-    word_vectors: Annotated[str, Field(min_length=1)] = "glove-6b-50d"
+    word_vectors: Annotated[str, Field(min_length=1)] = GLOVE_VECTORS
+    trust_pickle: bool = False
     top_words: PositiveInt = 10
+
+    @model_validator(mode="after")
+    def _safe_vectors(self) -> Self:
+        check_vectors(self.word_vectors, self.trust_pickle, "realdata.word_vectors")
+        return self

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from fedtopic_pipelines.core.config import ConfigError
+from fedtopic_pipelines.core.config.pctd import NO_VECTORS
 from fedtopic_pipelines.core.text.word_vectors import WordVectorsError, load_word_vectors
 
 logger = logging.getLogger(__name__)
@@ -359,7 +360,7 @@ def completion_perplexity(
     return per_word_perplexity(scored, topic_word, theta), len(tail)
 
 
-NO_VECTORS = "none"
+VECTORS_PARAMETER = "pctd.train.model.consistency_vectors"  # PC-TD trains in the pctd pipeline only
 
 
 def consistency_matrix(terms: Sequence[str], frequencies: np.ndarray | None, model: Any) -> sp.csr_matrix | None:
@@ -369,9 +370,9 @@ def consistency_matrix(terms: Sequence[str], frequencies: np.ndarray | None, mod
     if model.tau == 0 or model.consistency_vectors == NO_VECTORS:
         return None
     try:
-        vectors = load_word_vectors(model.consistency_vectors)
-    except WordVectorsError as exc:
-        raise ConfigError(f"parameter 'train.model.consistency_vectors': {exc}") from exc
+        vectors = load_word_vectors(model.consistency_vectors, VECTORS_PARAMETER, model.trust_pickle)
+    except WordVectorsError as exc:  # a configuration problem: the message names the parameter
+        raise ConfigError(str(exc)) from exc
     terms = list(terms)
     order = np.argsort(-frequencies, kind="stable") if frequencies is not None else np.arange(len(terms))
     ordered = similarity_matrix(

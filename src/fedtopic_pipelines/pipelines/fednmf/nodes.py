@@ -82,7 +82,7 @@ def run_fednmf(
         built_from="vectorised with",
     )
     data = {org: bows[org] for org in organisations}
-    vectors = load_word_vectors(run.evaluate.word_vectors)
+    vectors = load_word_vectors(run.evaluate.word_vectors, "fednmf.evaluate.word_vectors", run.evaluate.trust_pickle)
     with compute_threads(run.train.threads):
         results = run_sweep(run, data, common_vocabulary, vectors)
         heterogeneity, models = run_heterogeneity(run, data, common_vocabulary, vectors)

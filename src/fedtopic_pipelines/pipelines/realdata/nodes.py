@@ -66,7 +66,7 @@ def compare_topics(
     experiment = from_mapping(RealDataConfig, realdata, "realdata")
     topics = model_topics(models, vocabulary, experiment.top_words)
     nodes = {org: topics[LOCAL + org] for org in organisations}
-    vectors = load_word_vectors(experiment.word_vectors)
+    vectors = load_word_vectors(experiment.word_vectors, "realdata.word_vectors", experiment.trust_pickle)
     values, left_out = amwmd_matrix(nodes, topics, vectors)
     federated = [name for name in models if name.startswith("federated_")]
     claim = {}
