@@ -38,6 +38,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
     tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py", "bench_secagg.py"}
+    tested |= {"bench_attacks.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -179,6 +180,28 @@ def test_bench_pctd_smoke() -> None:
     out = run_bench("bench_pctd.py", "--smoke")
     assert "| gensim LdaModel, 1 pass |" in out and "(projected) |" in out and "(per entry) |" in out
     assert "M_t at V = 2000, K = 100: 1.6 MB as sent" in out
+
+
+def test_bench_attacks_smoke(tmp_path: Path) -> None:
+    """A hostile organisation's table under a privacy override: ProdLDA takes the median, Word2Vec
+    refuses it; the silent organisation fails every round and the honest run loses none."""
+    import json
+
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    results = tmp_path / "attacks.json"
+    out = run_bench(
+        "bench_attacks.py",
+        *("--smoke", "--families", "prodlda", "word2vec", "--attacks", "none", "silent", "scale1000"),
+        *("--privacy", "robust_rule=median", "--out", str(results)),
+    )
+    saved = json.loads(results.read_text())
+    assert saved["privacy"]["robust_rule"] == "median" and saved["privacy_overrides"] == {"robust_rule": "median"}
+    attacker, cells = saved["attacker"], saved["families"]["prodlda"]
+    assert cells["silent"]["failed"] == {attacker: 3} and cells["silent"]["rounds"] == 3
+    assert cells["none"]["failed"] == cells["none"]["rejected"] == {} and cells["none"]["attacked"] == 0
+    assert cells["scale1000"]["attacked"] == 3 and isinstance(cells["scale1000"]["honest_loss"], float)
+    assert "robust" in saved["families"]["word2vec"]["refused"]
+    assert "| prodlda | scale1000 |" in out and "| word2vec | all | refused" in out, out
 
 
 def test_bench_privacy_smoke(tmp_path: Path) -> None:
