@@ -26,7 +26,7 @@ PARAMS = {
     "params:vocab_consensus": VOCAB,
     "params:train": TRAIN,
     "params:evaluate": EVAL,
-    "params:privacy": {"attacks": False},
+    "params:privacy": {"attacks": False, "vocab_k": 1},
     "params:organisations": ORGS,
     "params:word2vec": WORD2VEC,
 }
@@ -88,7 +88,7 @@ def test_privacy_refuses_models_of_another_vocabulary(catalog) -> None:
     mixed = _rerun(catalog, vocab_consensus.create_pipeline(ORGS), vocab_consensus={**VOCAB, "top_n": 5})
     assert len(mixed["common_vocabulary"]) < len(catalog["common_vocabulary"])
     with pytest.raises(LineageError, match=r"trained model 'federated'.* were trained on vocabulary .*pipeline=train"):
-        _run(privacy.create_pipeline(ORGS), {**mixed, "params:privacy": {}})
+        _run(privacy.create_pipeline(ORGS), {**mixed, "params:privacy": {"vocab_k": 1}})
 
 
 def test_privacy_refuses_metrics_of_other_models(catalog) -> None:

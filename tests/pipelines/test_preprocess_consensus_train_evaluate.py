@@ -39,7 +39,7 @@ def _raw(tables):
         **{f"clients.{o}.raw_documents": t for o, t in tables.items()},
         "params:train": TRAIN,
         "params:evaluate": EVAL,
-        "params:privacy": {},  # the vocabulary exchange reads it (plain: no vocab_k)
+        "params:privacy": {"vocab_k": 1},  # the vocabulary exchange reads it (plain: every term in the clear)
     }
 
 
@@ -71,7 +71,7 @@ def test_intersection_of_disjoint_vocabularies_is_an_error(tiny_raw_tables) -> N
     with pytest.raises(EmptyVocabularyError, match="intersection"):
         run_slice(
             vocab_consensus.create_pipeline(ORGS),
-            {**inputs, "params:vocab_consensus": {**VOCAB, "merge": "intersection"}, "params:privacy": {}},
+            {**inputs, "params:vocab_consensus": {**VOCAB, "merge": "intersection"}, "params:privacy": {"vocab_k": 1}},
         )
 
 
@@ -84,7 +84,7 @@ def test_floors_that_empty_the_vocabulary_name_the_parameters(tiny_raw_tables) -
             {
                 **inputs,
                 "params:vocab_consensus": {**VOCAB, "min_organisations": 2},
-                "params:privacy": {},
+                "params:privacy": {"vocab_k": 1},
             },  # three disjoint vocabularies
         )
 

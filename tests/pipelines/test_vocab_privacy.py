@@ -36,7 +36,7 @@ def _run(vocab: dict, privacy: dict) -> dict:
 
 def test_keyed_k2_the_server_reads_no_one_organisation_term_and_gets_the_plain_vocabulary(monkeypatch) -> None:
     monkeypatch.setenv(KEY_ENV, "a secret the server lacks")
-    plain = _run(VOCAB, {})
+    plain = _run(VOCAB, {"vocab_k": 1})
     attack = plain["consensus_report"]["privacy"]["rare_term_attack"]["pooled"]
     assert (attack["precision"], attack["recall"], attack["rare_terms"]) == (1.0, 1.0, 5)
 
@@ -50,7 +50,7 @@ def test_keyed_k2_the_server_reads_no_one_organisation_term_and_gets_the_plain_v
     assert report["privacy"]["rare_term_attack"]["pooled"]["recall"] == 0.0
     assert report["privacy"]["removed_by_vocab_k"]["terms"] == 5
     assert report["terms_read_by_server"] == 3
-    same_floors = _run({**VOCAB, "min_organisations": 2}, {})["common_vocabulary"]
+    same_floors = _run({**VOCAB, "min_organisations": 2}, {"vocab_k": 1})["common_vocabulary"]
     pd.testing.assert_frame_equal(keyed["common_vocabulary"], same_floors)
     assert keyed["vectorize_report__a"]["proposed_terms_left_out"] == 2  # alpha, amazon: its own, not sent
 

@@ -41,7 +41,7 @@ def chain(request):
         **{f"clients.{o}.raw_documents": t for o, t in make_tiny_raw_tables().items()},
         "params:preprocess": {"min_df": 2, "max_df": 0.9},
         "params:vocab_consensus": {"top_n": 50, "min_count": 1, "merge": "union"},
-        "params:privacy": {},  # the vocabulary exchange reads it (plain: no vocab_k)
+        "params:privacy": {"vocab_k": 1},  # the vocabulary exchange reads it (plain: every term in the clear)
         "params:train": {},
         "params:evaluate": {},
         "params:word2vec": WORD2VEC,

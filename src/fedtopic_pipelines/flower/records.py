@@ -186,6 +186,7 @@ def update_to_record(update: Update) -> RecordDict:
     meta = {
         "kind": update.kind.value,
         "num_examples": update.num_examples,
+        "round": -1 if update.round is None else update.round,
         "metric_names": list(update.metrics),
         "metric_values": [float(v) for v in update.metrics.values()],
         **layout,
@@ -210,6 +211,9 @@ def record_to_update(record: RecordDict, client_id: str) -> Update:
     num_examples = meta.get("num_examples")
     if isinstance(num_examples, bool) or not isinstance(num_examples, int):
         raise MalformedRecord(f"num_examples must be an integer, got {num_examples!r}")
+    round_ = meta.get("round", -1)  # -1: none named; the server refuses it (as an in-process update without one)
+    if isinstance(round_, bool) or not isinstance(round_, int) or round_ < -1:
+        raise MalformedRecord(f"round must be the instruction's round, an integer >= 0, got {round_!r}")
     names, values = meta.get("metric_names", []), meta.get("metric_values", [])
     if (
         not isinstance(names, list)
@@ -228,4 +232,5 @@ def record_to_update(record: RecordDict, client_id: str) -> Update:
         row_indices=parts[ROWS],
         statistics=parts[STATISTICS],
         metrics=dict(zip(names, values, strict=True)),
+        round=None if round_ == -1 else round_,
     )

@@ -231,6 +231,7 @@ def update_to_fitres(update: Update, reduce: str, context: Context | None = None
     meta = {
         "kind": update.kind.value,
         "num_examples": n,
+        "round": update.round,
         "reduction": reduce,
         "metric_names": list(update.metrics),
         "layout": layout,
@@ -352,7 +353,7 @@ def _meta(fitres: FitRes) -> dict[str, Any]:
 def _shared_meta(metas: Mapping[str, dict[str, Any]], kind: str, reduce: str) -> dict[str, Any]:
     """The one description every contributor sent; a sum of differently laid out vectors means nothing."""
     first = next(iter(metas.values()))
-    shared = {k: first.get(k) for k in ("kind", "reduction", "metric_names", "layout")}
+    shared = {k: first.get(k) for k in ("kind", "round", "reduction", "metric_names", "layout")}
     differing = sorted(o for o, m in metas.items() if {k: m.get(k) for k in shared} != shared)
     if differing:
         raise MalformedRecord(f"the organisations' updates are not laid out alike ({differing} differ)")
@@ -455,6 +456,8 @@ def secure_round(
     try:
         metas = {org: _meta(fitres) for org, fitres in contributors.items()}
         meta = _shared_meta(metas, update_kind.value, reduce)
+        if meta["round"] != instruction.round:
+            raise MalformedRecord(f"the updates answer round {meta['round']!r}, this is round {instruction.round}")
         counted = {org: int(m["num_examples"]) for org, m in metas.items()}
         if reduce == "mean" and any(contributors[o].num_examples != counted[o] for o in counted):
             raise MalformedRecord("a node's SecAgg+ weight is not the example count it declares")
@@ -473,5 +476,7 @@ def secure_round(
             100 * clipped,
             settings.clipping_range,
         )
-    aggregate = Update(SECURE_AGGREGATE, update_kind, tensors, total, statistics=statistics, metrics=metrics)
+    aggregate = Update(
+        SECURE_AGGREGATE, update_kind, tensors, total, statistics=statistics, metrics=metrics, round=instruction.round
+    )
     return SecureReplies([aggregate], failures, contributors=counted), counts

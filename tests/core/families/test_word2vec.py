@@ -85,7 +85,9 @@ def _server_and_update():
     client_model = FAMILY.create_model(40, config, CPU)
     stream = FAMILY.stream(word_sequences((30,), 40)["a"], config, 0, CPU)
     step = FAMILY.local_step(client_model, stream)
-    update = Update("a", FAMILY.update_kind, step.tensors, step.num_examples, step.row_indices, metrics=step.losses)
+    update = Update(
+        "a", FAMILY.update_kind, step.tensors, step.num_examples, step.row_indices, metrics=step.losses, round=0
+    )
     return server, model, update
 
 

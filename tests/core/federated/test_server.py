@@ -180,7 +180,14 @@ class ScriptedValidation:
     def handle(self, instruction: Instruction) -> Update:
         if instruction.config.get("action") == "evaluate":
             self.validated_states.append({k: v.clone() for k, v in instruction.state.items()})
-            return Update(self.client_id, UpdateKind.METRICS, {}, 10, metrics={"validation_loss": self.losses.pop(0)})
+            return Update(
+                self.client_id,
+                UpdateKind.METRICS,
+                {},
+                10,
+                metrics={"validation_loss": self.losses.pop(0)},
+                round=instruction.round,
+            )
         return self.inner.handle(instruction)
 
 

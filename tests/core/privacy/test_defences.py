@@ -4,6 +4,7 @@ the same model on the Flower grid, and a -1000x organisation logged and out-vote
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 
@@ -134,19 +135,26 @@ class Scaled(MemoryEndpoint):
 
     def handle(self, instruction):
         update = super().handle(instruction)
-        return Update(
-            update.client_id,
-            update.kind,
-            {k: v * self.factor for k, v in update.tensors.items()},
-            update.num_examples,
-            metrics=update.metrics,
-        )
+        return dataclasses.replace(update, tensors={k: v * self.factor for k, v in update.tensors.items()})
 
 
-def test_a_minus_1000x_organisation_is_logged_and_a_robust_rule_outvotes_it(caplog) -> None:
-    """The issue's fault: one of five organisations sends -1000x its gradient. The mean takes it in
-    (logged by name) and the model's loss on the honest organisations' documents rises; median,
-    trimmed mean and Krum keep it near the honest federation's."""
+class Replayed(MemoryEndpoint):
+    """An organisation that answers every round from the second on with its update of the round before."""
+
+    last = None
+
+    def handle(self, instruction):
+        update = super().handle(instruction)
+        sent, self.last = (self.last or update), update
+        return sent
+
+
+@pytest.mark.parametrize("factor", [1000.0, -1000.0])
+def test_the_default_leaves_a_1000x_organisation_out_and_a_robust_rule_outvotes_it(factor, caplog) -> None:
+    """One of five organisations sends its gradient x1000 or x-1000. Under the default (the mean
+    after the screen) it is left out of every round by name, and the honest organisations' loss is
+    the one they reach without it; with the screen off the mean takes it in and the loss rises;
+    median, trimmed mean and Krum keep a sign flip near the honest federation's."""
     from fedtopic_pipelines.core.families import get_family
 
     sizes = (16, 16, 16, 16, 16)
@@ -154,24 +162,40 @@ def test_a_minus_1000x_organisation_is_logged_and_a_robust_rule_outvotes_it(capl
     honest_data = [d for o, d in data.items() if o != "c"]
     family = get_family("prodlda")
 
-    def run(privacy=None, bad=True) -> float:
+    def run(privacy=None, bad=True) -> tuple[float, list]:
         chosen = [Scaled(o, d) if o == "c" else MemoryEndpoint(o, d) for o, d in data.items() if bad or o != "c"]
+        for endpoint in chosen:
+            endpoint.factor = factor
         config = _config(privacy, max_steps=30)
         result = run_federation(
             InProcessEngine(chosen), [e.name for e in chosen], config, vocabulary=_vocabulary(), progress=False
         )
         model = family.create_model(VOCAB, config, torch.device("cpu"))
         model.load_state_dict(result.model.state)
-        return float(np.mean([family.validation_loss(model, d, 0)[0] for d in honest_data]))
+        return float(np.mean([family.validation_loss(model, d, 0)[0] for d in honest_data])), result.model.history
 
-    honest = run(bad=False)
+    honest, _ = run(bad=False)
     with caplog.at_level(logging.WARNING, logger="fedtopic_pipelines.core.federated.privacy"):
-        poisoned = run()
-    assert any("'c'" in r.getMessage() and "median" in r.getMessage() for r in caplog.records)
-    robust = {rule: run({"robust_rule": rule}) for rule in ("median", "trimmed_mean", "krum")}
+        defended, history = run()
+    assert any("'c'" in r.getMessage() and "left out" in r.getMessage() for r in caplog.records)
+    assert all(set(r.rejected) == {"c"} and "privacy.outlier_factor" in r.rejected["c"] for r in history)
+    assert defended == pytest.approx(honest, rel=0.05)
+    poisoned, _ = run({"outlier_factor": 0.0})
     assert poisoned > honest + 1.0
+    if factor > 0:  # the rules' own test below is the sign flip's, as before the screen
+        return
+    robust = {rule: run({"robust_rule": rule, "outlier_factor": 0.0})[0] for rule in ("median", "trimmed_mean", "krum")}
     for rule, loss in robust.items():
         assert loss < honest + (poisoned - honest) / 4, rule
+
+
+def test_a_replayed_update_is_refused_as_of_another_round() -> None:
+    data = dict(zip("abc", poisson_matrices((16, 16, 16), VOCAB), strict=False))
+    endpoints = [Replayed(o, d) if o == "b" else MemoryEndpoint(o, d) for o, d in data.items()]
+    result = _run(_config(max_steps=4), endpoints)
+    rejected = [r.rejected for r in result.model.history]
+    assert rejected[0] == {}
+    assert all(set(r) == {"b"} and "answers round" in r["b"] and "replay" in r["b"] for r in rejected[1:])
 
 
 def _check(params: dict, pipelines=None) -> None:

@@ -94,8 +94,10 @@ class PrivacyConfig(ConfigModel):
     a Byzantine-robust rule instead of the weighted mean: coordinate-wise ``median``,
     ``trimmed_mean`` (``trim_fraction`` cut from each end) or ``krum`` (``krum_byzantine`` = f
     assumed attackers; ``krum_keep`` > 0: multi-Krum's average of that many), as Flower 1.41's
-    FedMedian / FedTrimmedAvg / Krum compute them; ``outlier_factor``: an update whose norm
-    exceeds that many times the round's median norm is logged by name (0: off).
+    FedMedian / FedTrimmedAvg / Krum compute them; ``outlier_factor`` F: an update whose example
+    count or size exceeds F times the round's median (a batch statistic: or lies under 1/F of it)
+    is left out of the round, logged by name and counted, whatever the rule (0: off; at least 3
+    updates a round).
     ``vocab_k``: a term enters the consensus vocabulary only if at least k organisations
     hold it (``vocab_min_count``: or, with k, a summed count of at least m), and with k > 1 the
     server only ever reads terms that pass (``vocab_keyed``: proposals travel as keyed hashes
@@ -117,8 +119,8 @@ class PrivacyConfig(ConfigModel):
     trim_fraction: Annotated[float, Field(ge=0.0, lt=0.5)] = 0.2
     krum_byzantine: NonNegativeInt = 1
     krum_keep: NonNegativeInt = 0
-    outlier_factor: NonNegativeFloat = 10.0
-    vocab_k: PositiveInt = 1
+    outlier_factor: NonNegativeFloat = 100.0
+    vocab_k: PositiveInt = 2
     vocab_min_count: NonNegativeInt = 0
     vocab_keyed: bool = True
     vocab_count_noise: NonNegativeFloat = 0.0

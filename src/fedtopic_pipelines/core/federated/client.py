@@ -94,6 +94,7 @@ class FamilyClient:
             row_indices=step.row_indices,
             statistics=step.statistics,
             metrics=losses,
+            round=instruction.round,
         )
 
     def privatize(self, instruction: Instruction, tensors: dict[str, torch.Tensor], weights: bool) -> dict:
@@ -182,7 +183,7 @@ class FamilyClient:
         """The broadcast model's mean validation loss on this organisation's held-out
         documents; only the number and the document count leave."""
         if self.validation is None or self.family.rows(self.validation) == 0:
-            return Update(self.client_id, UpdateKind.METRICS, {}, 0)
+            return Update(self.client_id, UpdateKind.METRICS, {}, 0, round=instruction.round)
         local = set(self.local)  # this organisation's own parameters stay its own
         state = {k: v for k, v in instruction.state.items() if k not in local}
         missing = set(self.model.state_dict()) - local - set(state)
@@ -193,7 +194,9 @@ class FamilyClient:
         else:
             self.model.load_state_dict(state, strict=False)
         loss, n = self.family.validation_loss(self.model, self.validation, self.validation_seed)
-        return Update(self.client_id, UpdateKind.METRICS, {}, n, metrics={"validation_loss": loss})
+        return Update(
+            self.client_id, UpdateKind.METRICS, {}, n, metrics={"validation_loss": loss}, round=instruction.round
+        )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The stream's position, the next round and the local parameters, as tensors (Flower

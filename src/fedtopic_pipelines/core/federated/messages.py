@@ -46,7 +46,8 @@ class Update:
     (per ``kind``); ``row_indices`` carries the row numbers for ``SPARSE_ROWS``;
     ``statistics`` holds auxiliary batch statistics averaged with the same weights
     (BatchNorm means and variances for ProdLDA); ``num_examples`` is the weight n_l of
-    gFedNTM eq. 2.
+    gFedNTM eq. 2. ``round`` is the round of the instruction it answers: the server refuses
+    an update of another round (stale, or a replay of an earlier one) and one without it.
     """
 
     client_id: str
@@ -56,6 +57,7 @@ class Update:
     row_indices: dict[str, torch.Tensor] = field(default_factory=dict)
     statistics: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    round: int | None = None
 
     @property
     def nbytes(self) -> int:

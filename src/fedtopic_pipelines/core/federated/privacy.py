@@ -2,7 +2,8 @@
 
 :class:`Reducer` replaces a strategy's weighted mean: the mean of clipped and noised updates
 under client-level DP (noise drawn by the organisations or by the server), a robust rule's
-aggregate, and the log of outlier updates by name. :func:`apply_privacy` puts it on a server
+aggregate. :class:`Screen` leaves out of a round, by name, every update far from the round's
+median (``privacy.outlier_factor``), whatever the rule. :func:`apply_privacy` puts them on a server
 before the first round, with what each training instruction asks the organisations to do
 to their updates. The mechanisms themselves (clipping, noise, the DP plan, robust rules) are
 :mod:`fedtopic_pipelines.core.privacy`.
@@ -11,8 +12,9 @@ to their updates. The mechanisms themselves (clipping, noise, the DP plan, robus
 from __future__ import annotations
 
 import logging
+import math
 import statistics
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,9 +23,9 @@ import torch
 from fedtopic_pipelines.core.config import PrivacyConfig
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.local import participants_per_round
-from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update
+from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update, UpdateKind
 from fedtopic_pipelines.core.privacy.defences import DPPlan, add_noise, clip, noise_generator, plan_dp
-from fedtopic_pipelines.core.privacy.robust import outliers, robust_aggregate, update_norms
+from fedtopic_pipelines.core.privacy.robust import beyond, robust_aggregate, update_norms
 
 logger = logging.getLogger(__name__)
 
@@ -45,38 +47,11 @@ class Reducer:
         self.plan = plan
         self.seed = seed
         self.name = name
-        self.flagged: Counter[str] = Counter()  # outlier updates by organisation
-
-    def _outliers(self, updates: Sequence[Update], reference: Mapping[str, torch.Tensor] | None, round_: int) -> dict:
-        factor = self.privacy.outlier_factor
-        if factor <= 0 or len(updates) < 3:
-            return {}
-        norms = update_norms([_delta(u.tensors, reference) for u in updates])
-        median = statistics.median(norms)
-        flagged = {updates[i].client_id: norms[i] for i in outliers(norms, factor)} if median > 0 else {}
-        for client, norm in flagged.items():
-            self.flagged[client] += 1
-            if self.flagged[client] % 50 != 1:  # the first time, then every 50th: a run of warnings says nothing new
-                continue
-            logger.warning(
-                "%s round %d: update from '%s' has norm %.3g, %.0fx the round's median %.3g "
-                "(privacy.outlier_factor %g; %d time(s) so far)%s",
-                self.name,
-                round_,
-                client,
-                norm,
-                norm / median,
-                median,
-                factor,
-                self.flagged[client],
-                "" if self.privacy.robust else "; it enters the mean (privacy.robust_rule: mean)",
-            )
-        return {"outliers": float(len(flagged))}
 
     def __call__(
         self, updates: Sequence[Update], reference: Mapping[str, torch.Tensor] | None, round_: int
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        recorded = self._outliers(updates, reference, round_)
+        recorded: dict[str, float] = {}
         if self.plan is not None and self.plan.level == "client":
             return self._dp(updates, reference, round_, recorded)
         if self.plan is not None:
@@ -138,6 +113,93 @@ class Reducer:
         recorded["sigma"] = plan.sigma
 
 
+class Screen:
+    """Leaves out of a round every update far from the round's median, by name, and counts it.
+
+    An organisation's update is compared with the others of its round and the accepted ones of
+    the last rounds (``privacy.outlier_factor`` = F; the median of the round's values and the
+    last :attr:`MEMORY` accepted ones, so that a round of one sampled organisation is judged
+    too; at least 3 values, as a median of two is their mean): its example count above F times
+    the median count (a claimed capacity buys weight in every mean); its size above F times the
+    median size (the L2 norm of a gradient or sparse rows, of weights minus the broadcast ones,
+    or of a party's sufficient statistics per document); a party's statistics' total per document
+    (its words) or a batch statistic's norm (BatchNorm means, variances) above F times or under
+    1/F of the median. Whoever is left out does not enter the aggregate, whichever rule computes
+    it, so one organisation sending x1000, -x1000 or a billion examples is a silent one in that
+    round. F is set above what honest organisations of the demo reach (docs/privacy.md gives the
+    measured ratios), so an honest run loses nothing and equals the undefended one. A subtler
+    attack (a sign flip at the honest size) passes: robust rules are for that.
+    """
+
+    MEMORY = 50  # accepted values kept per measure: a round of one or two updates is judged against them
+
+    def __init__(self, factor: float, name: str = "federated") -> None:
+        self.factor = factor
+        self.name = name
+        self.left_out: Counter[str] = Counter()  # screened updates by organisation
+        self.seen: dict[str, deque[float]] = {}  # accepted values of the last rounds, per measure
+
+    def __call__(self, updates: list[Update], strategy: Any, round_: int) -> tuple[list[Update], dict[str, str]]:
+        if updates[0].client_id == SECURE_AGGREGATE:  # the sum: nothing to compare it with
+            return updates, {}
+        reasons: dict[int, str] = {}
+        measures = self._measures(updates, strategy)
+        for what, values, below in measures:
+            seen = self.seen.setdefault(what, deque(maxlen=self.MEMORY))
+            if len(values) + len(seen) < 3:  # a median of two is their mean: nothing can be told apart
+                continue
+            median = statistics.median([v for v in (*values, *seen) if math.isfinite(v)] or [0.0])
+            for i in beyond(values, self.factor, below, seen):
+                reasons.setdefault(i, f"{what} {values[i]:.4g} is {_times(values[i], median)} the median {median:.4g}")
+        for what, values, _ in measures:
+            self.seen[what].extend(v for i, v in enumerate(values) if i not in reasons)
+        kept = [u for i, u in enumerate(updates) if i not in reasons]
+        screened = {}
+        for i, reason in sorted(reasons.items()):
+            client = updates[i].client_id
+            screened[client] = f"{reason}; left out (privacy.outlier_factor {self.factor:g})"
+            self.left_out[client] += 1
+            if self.left_out[client] % 50 == 1:  # the first time, then every 50th: a run of warnings says nothing new
+                logger.warning(
+                    "%s round %d: update from '%s' left out: %s (%d time(s) so far)",
+                    self.name,
+                    round_,
+                    client,
+                    screened[client],
+                    self.left_out[client],
+                )
+        return kept, screened
+
+    def _measures(self, updates: list[Update], strategy: Any) -> list[tuple[str, list[float], bool]]:
+        """(what, one value per update, whether a value under the median / F is also out)."""
+        counts = [float(u.num_examples) for u in updates]
+        kind = updates[0].kind
+        reference = strategy.parameters() if kind is UpdateKind.WEIGHTS else None
+        norms = update_norms([_delta(u.tensors, reference) for u in updates])
+        measures = [("its example count", counts, False)]
+        if kind is UpdateKind.STATISTICS:  # sums over documents: compared per document
+            per_document = [x / n for x, n in zip(norms, counts, strict=True)]
+            measures.append(("its statistics' norm per document", per_document, False))
+            mass = [
+                sum(float(t.double().sum()) for t in u.tensors.values()) / n
+                for u, n in zip(updates, counts, strict=True)
+            ]
+            measures.append(("its statistics' total per document", mass, True))
+        else:
+            measures.append(("its update's norm", norms, False))
+        for name in updates[0].statistics:
+            values = update_norms([{name: u.statistics[name]} for u in updates])
+            measures.append((f"its statistic '{name}''s norm", values, True))
+        return measures
+
+
+def _times(value: float, median: float) -> str:
+    if not math.isfinite(value) or median <= 0:
+        return "far from"
+    ratio = value / median
+    return f"{ratio:.3g}x" if ratio >= 1 else f"1/{1 / ratio:.3g} of" if ratio > 0 else "below"
+
+
 def _delta(tensors: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor] | None) -> dict:
     if reference is None:
         return dict(tensors)
@@ -182,13 +244,16 @@ def _log_plan(
 def apply_privacy(
     server: Any, config: Any, organisations: int, name: str = "federated", documents: Mapping[str, int] | None = None
 ) -> DPPlan | None:
-    """Put ``config.privacy`` on a federation's server before its first round: the strategy's
-    reducer (DP or a robust rule), and with noise at the clients what every training
-    instruction asks them to do. The plan is fixed by the run's rounds and sampling
-    (``documents``: each organisation's declared training documents, for sample-level DP)."""
+    """Put ``config.privacy`` on a federation's server before its first round: the screen of
+    outlying updates (every family), the strategy's reducer (DP or a robust rule), and with
+    noise at the clients what every training instruction asks them to do. The plan is fixed by
+    the run's rounds and sampling (``documents``: each organisation's declared training documents,
+    for sample-level DP)."""
     privacy = config.privacy
     strategy = server.strategy
-    if not (privacy.dp.on or privacy.robust or privacy.outlier_factor > 0):
+    if privacy.outlier_factor > 0:
+        server.screen = Screen(privacy.outlier_factor, name)
+    if not (privacy.dp.on or privacy.robust):
         return None
     if not hasattr(strategy, "reduce"):
         if privacy.dp.on or privacy.robust:  # TrainConfig refuses these; a strategy without a mean cannot take them

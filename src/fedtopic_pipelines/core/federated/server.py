@@ -114,6 +114,9 @@ class FederatedServer:
         self.capacity = None if capacity is None else dict(capacity)
         self.validation_capacity = None if validation_capacity is None else dict(validation_capacity)
         self.history: list[RoundRecord] = []
+        # privacy.outlier_factor's screen (core/federated/privacy.py): the validated updates of a
+        # round -> those it keeps and the reason for each it leaves out; None keeps them all
+        self.screen: Callable[[list[Update], Strategy, int], tuple[list[Update], dict[str, str]]] | None = None
         self.stopped_early = False
         self.next_round = 0
         self.best_round: int | None = None
@@ -140,6 +143,8 @@ class FederatedServer:
                     raise UpdateRejected(cid, f"client id is a {type(update.client_id).__name__}, not a name")
                 if ids[cid] > 1:
                     raise UpdateRejected(cid, f"{ids[cid]} updates in one round from the same client; all left out")
+                if getattr(update, "round", None) != round_:
+                    raise UpdateRejected(cid, _wrong_round(update, round_))
                 if limits is not None and cid == SECURE_AGGREGATE and cid not in limits:
                     # secure aggregation: one update, the organisations' sum, that claims at most their total
                     check(update, _secure_capacity(update, contributors or {}, limits))
@@ -167,6 +172,9 @@ class FederatedServer:
         accepted, rejected = self._screen(
             list(replies.updates), round_, self.strategy.validate, self.capacity, replies.contributors
         )
+        if self.screen is not None and accepted:
+            accepted, screened = self.screen(accepted, self.strategy, round_)
+            rejected.update(screened)
         asked = list(sampled) if sampled is not None else list(self.capacity or {})
         if replies.contributors and len(replies.contributors) < len(asked):
             logger.warning(
@@ -340,6 +348,15 @@ class FederatedServer:
         self.best_loss, self.best_state = float(best["loss"]), best["state"]
         self.waited, self.best_round = int(best["waited"]), best["round"]
         self.strategy.load_state_dict(checkpoint["strategy"])
+
+
+def _wrong_round(update: object, round_: int) -> str:
+    """Why an update of another round (or of none) cannot enter this one."""
+    answered = getattr(update, "round", None)
+    if isinstance(answered, bool) or not isinstance(answered, int):
+        return f"it names no round (round = {answered!r}); this is round {round_}"
+    late = "a replay or a stale update" if answered < round_ else "an update for a round not yet run"
+    return f"it answers round {answered}, this is round {round_}: {late}"
 
 
 def _secure_capacity(update: Update, contributors: dict[str, int], limits: dict[str, int]) -> int:

@@ -22,8 +22,9 @@ Sample-level DP (``privacy.dp.level: sample``) is DP-SGD inside each organisatio
 the instruction that asks for it.
 
 Robust rules (median, trimmed mean, Krum: :mod:`fedtopic_pipelines.core.privacy.robust`)
-replace the weighted mean. Every mode measures each update's norm and logs, by name, an
-organisation whose update is ``outlier_factor`` times the round's median norm.
+replace the weighted mean. Before any rule, the server's screen leaves out of the round, by
+name, an organisation whose update or example count is ``outlier_factor`` times the round's
+median (:class:`fedtopic_pipelines.core.federated.privacy.Screen`).
 
 This module holds the mechanisms (clipping, noise, the run's DP plan): they know nothing of
 the engine's messages, so the engine's clients and server both use them. The server's

@@ -15,8 +15,9 @@ Each matches Flower 1.41's ``flwr.server.strategy.aggregate`` function on the sa
 (tests/core/privacy/test_robust.py), so Flower's documentation and papers describe what runs.
 This module imports neither Flower, Kedro nor MLflow.
 
-``update_norms`` and ``outliers`` are for the server's log: a robust rule may quietly outvote
-a client sending a -1000x update, and the operator should still hear about that client.
+``update_norms``, ``outliers`` and ``beyond`` are the server's screen (``core.federated.privacy``):
+an update whose size is far from the round's median is left out of the round by name, whatever
+the rule, and counted.
 """
 
 from __future__ import annotations
@@ -200,10 +201,22 @@ def outliers(norms: Sequence[float], factor: float = 10.0) -> list[int]:
     The median stands for the honest clients while they are a majority; with two clients it is
     their mean, and neither can exceed 10x it: nothing is flagged, as nothing can be told apart.
     """
+    return beyond(norms, factor, below=False)
+
+
+def beyond(values: Sequence[float], factor: float, below: bool = True, others: Sequence[float] = ()) -> list[int]:
+    """Indices of the values above ``factor`` times the median of the finite ones (with ``others``:
+    of those and ``others``, values seen before), and (``below``) under the median divided by
+    ``factor`` (a negative value counts as under); NaN and Inf count as beyond. A median of 0 or
+    less tells nothing apart: only non-finite values are returned."""
     if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not 0 < factor < math.inf:
         raise ConfigError(f"parameter 'privacy.outlier_factor' is {factor!r}; it must be a finite number > 0")
-    if not norms:
-        return []
-    finite = [x for x in norms if math.isfinite(x)]
-    limit = factor * statistics.median(finite) if finite else 0.0
-    return [i for i, x in enumerate(norms) if not x <= limit]
+    finite = [x for x in (*values, *others) if math.isfinite(x)]
+    median = statistics.median(finite) if finite else 0.0
+    if median <= 0:
+        return [i for i, x in enumerate(values) if not math.isfinite(x)]
+    return [
+        i
+        for i, x in enumerate(values)
+        if not math.isfinite(x) or x > factor * median or (below and x < median / factor)
+    ]
