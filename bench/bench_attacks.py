@@ -37,12 +37,12 @@ no more harm than staying out; < 1: its documents helped). A run that cannot fin
 of a round rejected, e.g. after the global model became non-finite) is reported as its error.
 
 Defences: the ``privacy`` block as ``kedro run`` builds it for ``--env`` (main's defaults when
-no override: ``robust_rule: mean``, ``outlier_factor: 10``), with ``--privacy KEY=VALUE``
+no override: ``robust_rule: mean`` after the screen, ``outlier_factor: 100``), with ``--privacy KEY=VALUE``
 overrides (dotted keys for nested blocks: ``--privacy robust_rule=median dp.level=off``),
 applied to each family's block as the pipelines apply it (``parameters.with_privacy``); a
 family that refuses a setting (Word2Vec and PC-TD take no robust rule) shows the refusal.
 Per run the server's history gives, per organisation, the rounds whose update it rejected
-and those it failed in; the outlier log (``privacy.outlier_factor``) the rounds it flagged.
+and those it failed in; the screen (``privacy.outlier_factor``) the rounds it left it out.
 
 Markdown table on stdout (and ``--out`` with ``.md``), every number in ``--out`` (JSON).
 
@@ -204,7 +204,7 @@ def honest_loss(family_name: str, model, data: dict[str, Any], honest: list[str]
 
 def run_cell(demo: Demo, family: str, column: str, config, attacker: str) -> dict[str, Any]:
     """One federated run with ``attacker`` under ``column``'s attack: honest loss, and per
-    organisation the rounds rejected, failed and flagged as outliers."""
+    organisation the rounds rejected, failed and left out by the screen."""
     from fedtopic_pipelines.core.audit.poisoning import Hostile
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
     from fedtopic_pipelines.core.federation import run_federation
@@ -242,8 +242,8 @@ def run_cell(demo: Demo, family: str, column: str, config, attacker: str) -> dic
     for record in history:
         rejected.update(record.rejected.keys())  # by organisation: the reasons are kept apart
         failed.update(record.failed.keys())
-    reducer = getattr(seen.get("server"), "strategy", None)
-    flagged = getattr(getattr(reducer, "reducer", None), "flagged", Counter())
+    screen = getattr(seen.get("server"), "screen", None)
+    flagged = screen.left_out if screen is not None else Counter()
     cell.update(
         rounds=len(history),
         attacked=hostile.attacked,
@@ -276,7 +276,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"attacker: {results['attacker']}; rounds: {results['rounds']} (FedSGD), "
         f"{results['local_rounds']} (NMF, PC-TD)",
         "",
-        "| family | attack | honest loss | ratio to silent | rejected (rounds) | failed (rounds) | flagged outlier |",
+        "| family | attack | honest loss | ratio to silent | rejected (rounds) | failed (rounds) | screened out |",
         "|---|---|---|---|---|---|---|",
     ]
     for family, cells in results["families"].items():
