@@ -7,8 +7,9 @@ import sys
 import pytest
 
 from fedtopic_pipelines.core.config import ConfigError
+from fedtopic_pipelines.core.config.aggregation import participants_per_round
 from fedtopic_pipelines.experiments.config import FedNMFRunConfig, PCTDRunConfig, SyntheticExperimentConfig
-from fedtopic_pipelines.parameters import check_device, check_run, participants, validate_parameters
+from fedtopic_pipelines.parameters import check_device, check_run, validate_parameters
 
 
 def test_an_unknown_top_level_block_is_named() -> None:
@@ -120,18 +121,10 @@ def test_client_sampling_that_leaves_no_organisation_in_a_round_is_refused_by_it
         )
 
 
-def test_participants_per_round_are_the_servers() -> None:
-    from fedtopic_pipelines.core.federated.local import participants_per_round
-
-    for organisations in range(1, 60):
-        for fraction in (0.05, 0.1, 0.2, 0.3, 1 / 3, 0.5, 0.6, 0.7, 0.99, 1.0):
-            try:
-                expected = participants_per_round(organisations, fraction)
-            except ConfigError:
-                with pytest.raises(ConfigError, match="'x.aggregation.client_fraction'"):
-                    participants(organisations, fraction, "x")
-            else:
-                assert participants(organisations, fraction, "x") == expected, (organisations, fraction)
+def test_an_empty_round_names_the_block_whose_client_fraction_it_is() -> None:
+    with pytest.raises(ConfigError, match="'fednmf.train.aggregation.client_fraction' is 0.1: with 5 organisations"):
+        participants_per_round(5, 0.1, "fednmf.train")
+    assert participants_per_round(5, 0.2, "fednmf.train") == 1
 
 
 def test_a_device_this_machine_lacks_is_refused_before_any_node() -> None:

@@ -35,6 +35,7 @@ from fedtopic_pipelines.core.config import (
     Word2VecRunConfig,
     from_mapping,
 )
+from fedtopic_pipelines.core.config.aggregation import participants_per_round
 from fedtopic_pipelines.experiments.config import FedNMFRunConfig, PCTDRunConfig, SyntheticExperimentConfig
 
 BLOCKS: dict[str, type[ConfigModel]] = {
@@ -158,27 +159,13 @@ def check_run(config: ProjectConfig, pipelines: Sequence[str] | None) -> None:
         check_device(block.train.device, f"{block.where}.device")
 
 
-def participants(organisations: int, fraction: float, where: str) -> int:
-    """floor(C K) organisations per round, as the server samples them
-    (``core/federated/local.py: participants_per_round``; a test holds the two equal)."""
-    if organisations <= 1 or fraction >= 1.0:
-        return organisations
-    m = math.floor(fraction * organisations + 1e-9)
-    if m < 1:
-        raise ConfigError(
-            f"parameter '{where}.aggregation.client_fraction' is {fraction}: with {organisations} organisations "
-            f"floor(C K) = 0 organisations would train per round; set it to at least 1/K = {1 / organisations:.3g}"
-        )
-    return m
-
-
 def check_robust(train: TrainConfig, organisations: int, where: str) -> None:
     """``train.privacy``'s robust rule against the n updates a round of ``where`` aggregates (floor(C K)
     of its K ``organisations``): Krum needs n - f - 2 > 0 and keeps at most n - f; a trimmed mean
     that cuts int(fraction x n) = 0 from each end is the plain mean it was chosen not to be."""
     privacy, fraction = train.privacy, train.aggregation.client_fraction
     rule, f, keep, trim = privacy.robust_rule, privacy.krum_byzantine, privacy.krum_keep, privacy.trim_fraction
-    n = participants(organisations, fraction, where)
+    n = participants_per_round(organisations, fraction, where)
     if n < 1 or rule in ("mean", "median"):
         return
     how = f"its {organisations} organisations"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedtopic_pipelines.core.config.base import ConfigModel, PositiveFloat, PositiveInt
+from fedtopic_pipelines.core.config.base import ConfigError, ConfigModel, PositiveFloat, PositiveInt
 
 Unit = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -55,3 +56,18 @@ class AggregationConfig(ConfigModel):
     beta_1: Unit | None = None
     beta_2: Unit = 0.99
     tau: PositiveFloat = 1e-3
+
+
+def participants_per_round(organisations: int, fraction: float, where: str = "train") -> int:
+    """floor(C K) organisations per round (seed 004 Algorithm 1, line 4); all of a one-organisation
+    federation. Fewer than one is a configuration error naming ``where``'s parameter, not a silent
+    max(., 1)."""
+    if organisations <= 1 or fraction >= 1.0:
+        return organisations
+    m = math.floor(fraction * organisations + 1e-9)
+    if m < 1:
+        raise ConfigError(
+            f"parameter '{where}.aggregation.client_fraction' is {fraction}: with {organisations} organisations "
+            f"floor(C K) = 0 organisations would train per round; set it to at least 1/K = {1 / organisations:.3g}"
+        )
+    return m

@@ -18,7 +18,6 @@ checkpoints, so that a resumed run continues from what it had: its replay cannot
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from fedtopic_pipelines.core.config import WEIGHT_RULES, ConfigError, TrainConfig
+from fedtopic_pipelines.core.config import WEIGHT_RULES, TrainConfig
+from fedtopic_pipelines.core.config.aggregation import participants_per_round
 from fedtopic_pipelines.core.federated.family import LocalRounds, LocalStep, ModelFamily, Streaming
 from fedtopic_pipelines.core.federated.strategies import make_optimizer
 from fedtopic_pipelines.core.seeds import derive_seed
@@ -49,20 +49,6 @@ def runs_local_rounds(family: ModelFamily, config: TrainConfig) -> bool:
     (:class:`LocalEpochs`, a round's draws seeded by the round): under a weights rule, and
     for a family that has no batch stream (not :class:`Streaming`: PC-TD's E-step over its units)."""
     return uses_weights(config) or not isinstance(family, Streaming)
-
-
-def participants_per_round(organisations: int, fraction: float) -> int:
-    """floor(C K) organisations per round (seed 004 Algorithm 1, line 4); all of a one-organisation
-    federation. Fewer than one is a configuration error, not a silent max(., 1)."""
-    if organisations <= 1 or fraction >= 1.0:
-        return organisations
-    m = math.floor(fraction * organisations + 1e-9)
-    if m < 1:
-        raise ConfigError(
-            f"parameter 'train.aggregation.client_fraction' is {fraction}: with {organisations} organisations "
-            f"floor(C K) = 0 organisations would train per round; set it to at least 1/K = {1 / organisations:.3g}"
-        )
-    return m
 
 
 def client_sample(organisations: Sequence[str], fraction: float, seed: int):

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from fedtopic_pipelines.core.config import PrivacyConfig
+from fedtopic_pipelines.core.config.aggregation import participants_per_round
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
-from fedtopic_pipelines.core.federated.local import participants_per_round
 from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update, UpdateKind
 from fedtopic_pipelines.core.privacy.defences import DPPlan, add_noise, clip, noise_generator, plan_dp
 from fedtopic_pipelines.core.privacy.robust import beyond, robust_aggregate, update_norms

@@ -186,7 +186,7 @@ def agree_on_vocabulary(
     here reads a term. Raises :class:`EmptyVocabularyError` naming the parameters to relax when
     nothing is left, or when ``vocab_k`` or ``min_organisations`` exceeds the organisations.
     """
-    privacy = privacy or PrivacyConfig(vocab_k=1)
+    privacy = privacy or PrivacyConfig()
     _refuse_unreachable(len(proposals), config, privacy)
     merged = merge_vocabularies(proposals, config.merge)
     floored, removed = apply_floors(merged, config.min_organisations, config.min_total_count)
@@ -248,7 +248,7 @@ def offer_vocabulary(
     """Organisation, step 1: what leaves it. Its proposal, counts noised when
     ``vocab_count_noise`` > 0 (seeded by ``noise_secret`` and the proposal), terms replaced by
     their keyed digests when :func:`keyed`. ``key``: the organisations' shared key."""
-    privacy = privacy or PrivacyConfig(vocab_k=1)  # none: the plain exchange, as agree_on_vocabulary
+    privacy = privacy or PrivacyConfig()
     counts = {t: int(c) for t, c in proposal.items()}
     if privacy.vocab_count_noise > 0:
         secret = noise_secret if noise_secret is not None else key
