@@ -59,7 +59,8 @@ def test_statistics_per_document_and_their_sign() -> None:
     """A party's sufficient statistics grow with its documents: compared per document; a negated
     or vanishing total (no words) is out too."""
     updates = [
-        _update(o, UpdateKind.STATISTICS, torch.full((6,), 3.0 * n), n=n) for o, n in zip("abcd", (5, 10, 40, 80))
+        _update(o, UpdateKind.STATISTICS, torch.full((6,), 3.0 * n), n=n)
+        for o, n in zip("abcd", (5, 10, 40, 80), strict=True)
     ]
     assert len(Screen(100.0)(updates, None, 0)[0]) == 4
     updates[0] = _update("a", UpdateKind.STATISTICS, -updates[0].tensors["w"], n=5)
