@@ -118,7 +118,7 @@ class PrivacyConfig(ConfigModel):
     krum_byzantine: NonNegativeInt = 1
     krum_keep: NonNegativeInt = 0
     outlier_factor: NonNegativeFloat = 10.0
-    vocab_k: PositiveInt = 1
+    vocab_k: PositiveInt = 2
     vocab_min_count: NonNegativeInt = 0
     vocab_keyed: bool = True
     vocab_count_noise: NonNegativeFloat = 0.0
