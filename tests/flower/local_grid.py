@@ -7,14 +7,34 @@ processes. The loopback deployment tests cover the processes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedtopic_pipelines.core.vocab.privacy import KEY_ENV
+
 CLIENT_APP_RAISED_EXCEPTION = 2
+NO_KEY = ""  # ``vocab_key=NO_KEY``: nodes started without the organisations' key
+
+
+@contextlib.contextmanager
+def node_environment(key: str) -> Iterator[None]:
+    """``FEDTOPIC_VOCAB_KEY`` set to ``key`` (unset when empty) while a node answers, then as it was."""
+    before = os.environ.pop(KEY_ENV, None)
+    if key:
+        os.environ[KEY_ENV] = key
+    try:
+        yield
+    finally:
+        os.environ.pop(KEY_ENV, None)
+        if before is not None:
+            os.environ[KEY_ENV] = before
 
 
 def set_task_identity() -> None:
@@ -23,7 +43,11 @@ def set_task_identity() -> None:
 
 
 class LocalGrid(Grid):
-    """Node id -> node_config; ``on_send`` sees every (node, message, reply) pair (privacy test)."""
+    """Node id -> node_config; ``on_send`` sees every (node, message, reply) pair (privacy test).
+
+    ``vocab_key``: the organisations' shared key the nodes hold (default: a fresh one per grid,
+    made as ``make federation-up`` makes it; :data:`NO_KEY`: none).
+    """
 
     def __init__(
         self,
@@ -31,8 +55,10 @@ class LocalGrid(Grid):
         node_configs: Mapping[int, dict],
         on_send: Callable[[int, Message, Message], None] | None = None,
         drop: Callable[[int, Message], bool] | None = None,
+        vocab_key: str | None = None,
     ) -> None:
         set_task_identity()
+        self.vocab_key = secrets.token_hex(32) if vocab_key is None else vocab_key
         self.app = client_app
         self.contexts = {
             node: Context(run_id=1, node_id=node, node_config=dict(cfg), state=RecordDict(), run_config={})
@@ -68,7 +94,8 @@ class LocalGrid(Grid):
             if self.drop is not None and self.drop(node, message):
                 continue  # the node never answers
             try:
-                reply = self.app(message, self.contexts[node])
+                with node_environment(self.vocab_key):
+                    reply = self.app(message, self.contexts[node])
             except Exception as exc:  # a deployment answers with an error reply
                 reply = Message(Error(CLIENT_APP_RAISED_EXCEPTION, repr(exc)), reply_to=message)
             if self.on_send is not None:

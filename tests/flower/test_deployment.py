@@ -5,23 +5,27 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from fedtopic_pipelines.core import persist
 from fedtopic_pipelines.core.federated.checkpoint import KIND
+from fedtopic_pipelines.core.vocab.privacy import KEY_ENV
 from fedtopic_pipelines.flower.cli import run_report, supernodes
-from fedtopic_pipelines.flower.deployment import DeploymentError, LocalFederation, make_key_pair
+from fedtopic_pipelines.flower.deployment import DeploymentError, LocalFederation, make_key_pair, make_vocabulary_key
 from fedtopic_pipelines.flower.federation import load_result
 from fedtopic_pipelines.pipelines.train.nodes import training_histories
-from tests.conftest import make_tiny_raw_tables
+from tests.flower.conftest import make_shared_raw_tables
 from tests.flower.test_federation import TRAIN, in_process, job, write_sites
 
 pytestmark = pytest.mark.deployment
 ROUNDS = 3
+OPERATOR_KEY = "a key in the operator's shell, which no federation process may inherit"
 
 
 def submit_in_background(fed: LocalFederation, job_file: Path, out: Path) -> tuple[threading.Thread, dict]:
@@ -47,11 +51,42 @@ def left_out_for_silence(reason: str) -> bool:
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
     root = tmp_path_factory.mktemp("federation")
-    paths = write_sites(make_tiny_raw_tables(), root)
+    paths = write_sites(make_shared_raw_tables(), root)
     fed = LocalFederation(root / "fed", paths)
-    with fed:  # stops every process even when a test fails
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, OPERATOR_KEY)  # the deployment's own key goes to the nodes, and only to them
+        fed.start()
+    try:  # stops every process even when a test fails
         yield fed, paths, root
+    finally:
+        fed.stop()
     assert not fed.processes
+
+
+def _environ(pid: int) -> dict[str, str]:
+    return psutil.Process(pid).environ()
+
+
+def test_the_vocabulary_key_is_made_once_and_readable_by_its_owner_only(tmp_path) -> None:
+    key = make_vocabulary_key(tmp_path / "keys")
+    path = tmp_path / "keys" / "vocabulary.key"
+    assert len(bytes.fromhex(key)) == 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert make_vocabulary_key(tmp_path / "keys") == key  # handed out once: a second `up` keeps it
+
+
+def test_every_node_holds_the_deployment_vocabulary_key_and_the_superlink_none(federation) -> None:
+    """``FEDTOPIC_VOCAB_KEY`` is in each SuperNode's and executor's environment, the deployment's
+    key and not the operator's, and in no process of the server side (the SuperLink and the
+    SuperExec it starts, which starts the ServerApps)."""
+    fed, paths, _ = federation
+    key = fed.vocabulary_key_file.read_text().strip()
+    assert key != OPERATOR_KEY and stat.S_IMODE(fed.vocabulary_key_file.stat().st_mode) == 0o600
+    for org in paths:
+        assert _environ(fed.processes[f"supernode-{org}"].pid)[KEY_ENV] == key
+        assert _environ(fed.processes[f"executor-{org}"].pid)[KEY_ENV] == key
+    superlink = psutil.Process(fed.processes["superlink"].pid)
+    server_side = [superlink, *superlink.children(recursive=True)]
+    assert all(KEY_ENV not in p.environ() for p in server_side), [p.cmdline()[:2] for p in server_side]
 
 
 @pytest.mark.slow  # over 30 s on two cores
@@ -127,6 +162,7 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
         time.sleep(0.05)
     serverapps = fed.serverapps()
     assert len(serverapps) == 1, "one run, one ServerApp"
+    assert KEY_ENV not in serverapps[0].environ()  # the server never holds the organisations' key
     serverapps[0].send_signal(signal.SIGKILL)  # no chance to save anything more
     run_id = fed.started_run()
     assert run_id is not None

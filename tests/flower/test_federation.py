@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.flower.client_app import app as client_app
 from fedtopic_pipelines.flower.federation import Job, run_flower_federation
 from fedtopic_pipelines.flower.records import decode_config
-from tests.flower.local_grid import LocalGrid
+from tests.flower.local_grid import NO_KEY, LocalGrid, node_environment
 
 PREPROCESS = {"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1}
 CONSENSUS = {"top_n": 50, "min_count": 0, "merge": "union"}
@@ -76,31 +77,35 @@ def test_same_vocabulary_and_parameters_as_the_kedro_path(tiny_raw_tables, tmp_p
 
 
 def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal(tiny_raw_tables, tmp_path) -> None:
-    """Only the top-N proposal leaves an organisation, and it is the same on both engines."""
+    """Only the top-N proposal leaves an organisation, and it is the same on both engines (on the
+    Flower node keyed, under the default ``privacy.vocab_k: 2``, with the organisations' key)."""
     from fedtopic_pipelines.pipelines import preprocess, vocab_consensus
     from tests.pipelines.conftest import run_slice
 
-    consensus = {**CONSENSUS, "top_n": 7}
+    consensus = {**CONSENSUS, "top_n": 15}  # of 20 terms each: enough held by two organisations
     orgs = list(tiny_raw_tables)
-    kedro = run_slice(
-        preprocess.create_pipeline(orgs) + vocab_consensus.create_pipeline(orgs),
-        {
-            **{f"clients.{o}.raw_documents": t for o, t in tiny_raw_tables.items()},
-            "params:preprocess": PREPROCESS,
-            "params:vocab_consensus": consensus,
-            "params:privacy": {},
-            "params:train": {},
-            "params:evaluate": {},
-        },
-    )
+    key = secrets.token_hex(32)  # the organisations' key, on both engines
+    with node_environment(key):
+        kedro = run_slice(
+            preprocess.create_pipeline(orgs) + vocab_consensus.create_pipeline(orgs),
+            {
+                **{f"clients.{o}.raw_documents": t for o, t in tiny_raw_tables.items()},
+                "params:preprocess": PREPROCESS,
+                "params:vocab_consensus": consensus,
+                "params:privacy": {},
+                "params:train": {},
+                "params:evaluate": {},
+            },
+        )
     paths = write_sites(tiny_raw_tables, tmp_path)
     sent = {}
     grid = LocalGrid(
         client_app,
         node_configs(paths, tmp_path),
+        vocab_key=key,
         on_send=lambda node, msg, reply: (
-            sent.update({node: reply}) if msg.metadata.message_type == "query.vocabulary" else None
-        ),
+            sent.setdefault(node, reply) if msg.metadata.message_type == "query.vocabulary" else None
+        ),  # the offer (the reveal follows it)
     )
     spec = {"organisations": orgs, "preprocess": PREPROCESS, "vocab_consensus": consensus, "train": TRAIN}
     run_flower_federation(grid, Job.from_dict({**spec, "train": {**TRAIN, "max_steps": 1}}))
@@ -108,10 +113,21 @@ def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal
     for node, reply in sent.items():
         org = configs[node]["organisation"]
         answer = decode_config(reply.content.config_records["reply"])
-        proposal = dict(zip(answer["terms"], answer["counts"], strict=True))
+        proposal = dict(zip(answer["hashes"], answer["counts"], strict=True))
         assert proposal == kedro[f"vocabulary_proposal__{org}"]
-        assert len(proposal) == 7 < len(kedro[f"clients.{org}.term_counts"])  # the full counts stayed
+        assert len(proposal) == 15 < len(kedro[f"clients.{org}.term_counts"])  # the full counts stayed
     assert len(sent) == len(orgs)
+
+
+def test_a_node_without_the_organisations_key_fails_the_vocabulary_stage_naming_it(tiny_raw_tables, tmp_path) -> None:
+    """Under the default keyed exchange (``privacy.vocab_k: 2``) a node must hold ``FEDTOPIC_VOCAB_KEY``."""
+    from fedtopic_pipelines.core.federated.engine import FederationError
+    from fedtopic_pipelines.core.vocab.privacy import KEY_ENV
+
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    grid = LocalGrid(client_app, node_configs(paths, tmp_path), vocab_key=NO_KEY)
+    with pytest.raises(FederationError, match=f"stage 'vocabulary'.*{KEY_ENV} is not set"):
+        run_flower_federation(grid, job(list(paths), TRAIN))
 
 
 def corrupting(app, org: str, corrupt):
@@ -233,7 +249,7 @@ def test_clients_send_only_counts_terms_tensors_sizes_and_metrics(tiny_raw_table
     parameter_names = set(result.model.state)
     layout = {"tensors", "statistics", "row_indices", "float32", "int64"}  # groups and dtypes of packed arrays
     metric_names = {"loss", "kl", "reconstruction", "validation_loss"}
-    keys = {"organisation", "documents", "terms", "counts", "train_rows", "validation_rows"}
+    keys = {"organisation", "documents", "terms", "counts", "hashes", "openings", "train_rows", "validation_rows"}
     keys |= {"dropped_no_vocabulary_term_train", "dropped_no_vocabulary_term_test", "data_fingerprint"}
     fingerprints = {s for s in strings if len(s) == 64 and set(s) <= set("0123456789abcdef")}
     other = strings - vocabulary - parameter_names - set(paths) - layout - metric_names - keys - fingerprints

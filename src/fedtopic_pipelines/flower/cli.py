@@ -8,7 +8,10 @@ The organisations are those of the project's current corpus (``organisations`` i
 ``conf/base/parameters.yml``), and each SuperNode's data is that organisation's raw
 shards in ``data/01_raw/organisations/<org>/`` (``kedro run --pipeline=ingest_demo``
 writes them; ``demo`` runs it when they are missing). The federation's certificates, keys,
-logs and caches live in ``.federation/`` (git-ignored).
+logs and caches live in ``.federation/`` (git-ignored). Among the keys, made once like the
+certificates and kept across ``down`` and ``up``: the organisations' shared vocabulary key
+(``.federation/keys/vocabulary.key``, mode 0600), which every SuperNode and its executor get as
+``FEDTOPIC_VOCAB_KEY`` and the SuperLink and its ServerApps never do.
 """
 
 from __future__ import annotations
@@ -71,7 +74,13 @@ def up(args: argparse.Namespace) -> LocalFederation:
     data = ensure_demo_data(list(params["organisations"]))
     federation = LocalFederation(ROOT, data, tls=not args.insecure, auth=not args.insecure)
     federation.start()
-    logger.info("SuperLink %s; logs in %s; stop with 'make federation-down'", federation.address, ROOT / "logs")
+    logger.info(
+        "SuperLink %s; the SuperNodes' vocabulary key in %s (not the SuperLink's); logs in %s; "
+        "stop with 'make federation-down'",
+        federation.address,
+        federation.vocabulary_key_file,
+        ROOT / "logs",
+    )
     return federation
 
 

@@ -10,6 +10,10 @@ loopback tests. Every process is Flower's own (``flower-superlink``, ``flower-su
 * **Node authentication**: one ECDSA P-384 key pair per organisation (``ssh-keygen``);
   each public key is registered on the SuperLink (``flwr supernode register``) before its
   SuperNode starts, and the SuperLink refuses any other key.
+* **The organisations' vocabulary key**: one random secret per deployment (``keys/vocabulary.key``,
+  mode 0600), handed to every SuperNode and its executor as ``FEDTOPIC_VOCAB_KEY`` for the
+  keyed vocabulary exchange (``privacy.vocab_k`` > 1); the SuperLink, the ServerApps it
+  starts and the ``flwr`` CLI run without it, even when the operator's shell has one.
 
 * **ClientApps** (``warm=True``, the default): each SuperNode runs with
   ``--isolation process`` next to one executor process (``flower/executor.py``) that
@@ -28,6 +32,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -40,10 +45,13 @@ from pathlib import Path
 
 import psutil
 
+from fedtopic_pipelines.core.vocab.privacy import KEY_ENV, MIN_KEY_BYTES
+
 logger = logging.getLogger(__name__)
 
 APP_DIR = Path(__file__).resolve().parents[3] / "deploy" / "flower_app"
 CONNECTION = "fedtopic"
+VOCABULARY_KEY_FILE = "vocabulary.key"
 
 
 class DeploymentError(RuntimeError):
@@ -160,6 +168,26 @@ def make_key_pair(folder: Path, name: str) -> tuple[Path, Path]:
     return private, private.with_suffix(".pub")
 
 
+def make_vocabulary_key(folder: Path) -> str:
+    """The organisations' shared vocabulary key (``FEDTOPIC_VOCAB_KEY``), unless already there:
+    ``secrets.token_hex(32)`` in ``folder/vocabulary.key``, readable by its owner only (0600).
+
+    Every organisation's node needs the same key and the server must not have it: the operator
+    hands it out with each organisation's node key, never to the SuperLink host.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / VOCABULARY_KEY_FILE
+    with contextlib.suppress(FileExistsError):  # O_EXCL: never overwrite a key handed out before
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+    path.chmod(0o600)
+    key = path.read_text().strip()
+    if len(key.encode()) < MIN_KEY_BYTES:
+        raise DeploymentError(f"{path} holds {len(key.encode())} bytes; the vocabulary key needs {MIN_KEY_BYTES}")
+    return key
+
+
 @dataclass
 class LocalFederation:
     """The processes of one federation under ``root``; organisations map to their data folders."""
@@ -201,8 +229,14 @@ class LocalFederation:
     def cli_home(self) -> Path:
         return self.root / "home" / "cli"
 
+    @property
+    def vocabulary_key_file(self) -> Path:
+        """The organisations' vocabulary key: next to their node keys, for the nodes only."""
+        return self.root / "keys" / VOCABULARY_KEY_FILE
+
     def env(self, home: Path) -> dict[str, str]:
-        env = dict(os.environ)
+        """A process's environment: this one's, without any vocabulary key (only nodes get the deployment's)."""
+        env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
         env.update(
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # Flower spawns flower-superexec
             FLWR_HOME=str(home),
@@ -313,11 +347,12 @@ class LocalFederation:
                 self.register(public, org)
         home = self.root / "home" / org
         threads = self.thread_limits()
+        secret = {KEY_ENV: make_vocabulary_key(self.vocabulary_key_file.parent)}
         # Without warm, the SuperNode's SuperExec and ClientApp processes inherit its environment.
-        supernode_env = {} if self.warm else threads
+        supernode_env = secret if self.warm else {**secret, **threads}
         supernode = self._spawn(f"supernode-{org}", self.supernode_args(org, data, key), home, **supernode_env)
         if self.warm:
-            self._spawn(f"executor-{org}", self.executor_args(org, supernode.pid), home, **threads)
+            self._spawn(f"executor-{org}", self.executor_args(org, supernode.pid), home, **secret, **threads)
         return supernode
 
     def executor_args(self, org: str, supernode_pid: int) -> list[str]:

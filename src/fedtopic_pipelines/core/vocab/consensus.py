@@ -247,7 +247,9 @@ def offer_vocabulary(
 ) -> dict[str, int]:
     """Organisation, step 1: what leaves it. Its proposal, counts noised when
     ``vocab_count_noise`` > 0 (seeded by ``noise_secret`` and the proposal), terms replaced by
-    their keyed digests when :func:`keyed`. ``key``: the organisations' shared key."""
+    their keyed digests when :func:`keyed` (not without ``privacy``: the plain offer, as
+    :func:`select_vocabulary` and the engine read it). ``key``: the organisations' shared key."""
+    secure = keyed(privacy)
     privacy = privacy or PrivacyConfig()
     counts = {t: int(c) for t, c in proposal.items()}
     if privacy.vocab_count_noise > 0:
@@ -255,7 +257,7 @@ def offer_vocabulary(
         if secret is None:
             raise ValueError("'privacy.vocab_count_noise' > 0 needs a secret to seed the noise from")
         counts = noisy_counts(counts, privacy.vocab_count_noise, noise_seed(secret, proposal))
-    if not keyed(privacy):
+    if not secure:
         return counts
     if key is None:
         raise ValueError("'privacy.vocab_keyed' with vocab_k > 1 needs the organisations' key")

@@ -1,0 +1,38 @@
+"""The Flower tests' organisations share their terms: each holds two topics, each topic two of them.
+
+Under the default ``privacy.vocab_k: 2`` a term enters the common vocabulary only if at least two
+organisations hold it. The project's ``tiny_raw_tables`` give each organisation a topic of its
+own, so nothing would pass; here every organisation writes half of its documents on the next
+one's topic, and every term is held by exactly two organisations: the keyed exchange keeps the
+whole vocabulary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import WORDS
+
+
+def make_shared_raw_tables() -> dict[str, pd.DataFrame]:
+    """Three organisations (deterministic); the odd documents of each are on the next one's topic."""
+    rng = np.random.default_rng(0)
+    topics = list(WORDS.items())
+    tables = {}
+    for j, org in enumerate(("alpha", "beta", "gamma")):
+        rows = []
+        for i in range(40):
+            topic, words = topics[(j + i % 2) % len(topics)]
+            text = " ".join(rng.choice(words.split(), size=8)) + " the and of 1234"
+            label = topic if i % 8 < 4 else f"{topic}_b"
+            rows.append((f"{org}:{i}", org, text, label, "test" if i % 4 == 0 else "train"))
+        tables[org] = pd.DataFrame(rows, columns=["doc_id", "organisation", "text", "label", "split"])
+    return tables
+
+
+@pytest.fixture
+def tiny_raw_tables() -> dict[str, pd.DataFrame]:
+    """The Flower tests' organisations (:func:`make_shared_raw_tables`)."""
+    return make_shared_raw_tables()
