@@ -228,6 +228,10 @@ def _check_pooled_coherence(out: dict) -> None:
     assert fed["perplexity"]["covers"] == ORGS and fed["perplexity"]["kind"] == "mean"
     secondary = metrics["models"]["federated"]["organisations"]["beta"]
     assert "per_organisation.c_npmi" in secondary and "c_npmi" not in secondary
+    # every round's participation (the screen's rejections among the reasons), for the federated model only
+    took_part = metrics["models"]["federated"]["participation"]["took_part"]
+    assert took_part == dict.fromkeys(ORGS, metrics["models"]["federated"]["steps"])
+    assert "participation" not in metrics["models"]["centralized"]
     local_mean = metrics["scenarios"]["non_collaborative"]["c_npmi"]
     assert local_mean["kind"] == "mean_of_local_models" and local_mean["n_organisations"] == 3
     assert local_mean["value"] == pytest.approx(np.mean([metrics["models"][f"local__{o}"]["c_npmi"] for o in ORGS]))

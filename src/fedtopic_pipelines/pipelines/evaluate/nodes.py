@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from fedtopic_pipelines.core.capabilities import DataKind
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
+from fedtopic_pipelines.core.federated.participation import participation
 from fedtopic_pipelines.core.lineage import (
     LineageError,
     candidates_fingerprint,
@@ -324,13 +325,16 @@ def _model_entry(
     diversity_topics: dict[str, Any],
     evaluations: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """One model's pooled coherence and diversity, and each organisation's scores of it (secondary)."""
+    """One model's pooled coherence and diversity, each organisation's scores of it (secondary), and
+    for a federated model every round's participation (the screen's and validation's rejections)."""
     entry: dict[str, Any] = {
         "scenario": trained.scenario,
         "trained_on": trained.organisations,
         "steps": len(trained.history),
         "topic_diversity": topic_diversity(diversity_topics[name]),
     }
+    if trained.scenario == "federated":  # who took part in which round; who was left out, when and why
+        entry["participation"] = participation(trained.history, trained.organisations)
     for m in measures:
         entry[m] = _finite(pooled[m][name].mean)
         entry[f"{m}_undefined_topics"] = pooled[m][name].undefined_topics
