@@ -244,12 +244,14 @@ def run_cell(demo: Demo, family: str, column: str, config, attacker: str) -> dic
         failed.update(record.failed.keys())
     screen = getattr(seen.get("server"), "screen", None)
     flagged = screen.left_out if screen is not None else Counter()
+    margin = {what: round(ratio, 3) for what, ratio in (screen.largest if screen is not None else {}).items()}
     cell.update(
         rounds=len(history),
         attacked=hostile.attacked,
         rejected=dict(rejected),
         failed=dict(failed),
         flagged=dict(flagged),
+        largest_accepted_ratio=margin,  # per measure: the largest value the screen kept, over the median
         reasons=sorted({r.rejected[attacker][:120] for r in history if attacker in r.rejected})[:3],
         seconds=round(time.perf_counter() - started, 2),
     )
@@ -296,6 +298,13 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {family} | {column} | {shown} | {ratio} | {_counts(cell['rejected'])} | "
                 f"{_counts(cell['failed'])} | {_counts(cell['flagged'])} |"
             )
+    margins = [
+        f"- {family}: " + ", ".join(f"{what} {ratio:.3g}x" for what, ratio in margin.items())
+        for family, cells in results["families"].items()
+        if (margin := cells.get("none", {}).get("largest_accepted_ratio"))
+    ]
+    if margins:
+        lines += ["", "Honest runs (attack none): the largest value the screen kept, over its median", *margins]
     return "\n".join(lines)
 
 

@@ -138,6 +138,7 @@ class Screen:
         self.name = name
         self.left_out: Counter[str] = Counter()  # screened updates by organisation
         self.seen: dict[str, deque[float]] = {}  # accepted values of the last rounds, per measure
+        self.largest: dict[str, float] = {}  # the largest ratio to the median an accepted value reached: the margin
 
     def __call__(self, updates: list[Update], strategy: Any, round_: int) -> tuple[list[Update], dict[str, str]]:
         if updates[0].client_id == SECURE_AGGREGATE:  # the sum: nothing to compare it with
@@ -149,8 +150,12 @@ class Screen:
             if len(values) + len(seen) < 3:  # a median of two is their mean: nothing can be told apart
                 continue
             median = statistics.median([v for v in (*values, *seen) if math.isfinite(v)] or [0.0])
-            for i in beyond(values, self.factor, below, seen):
+            out = beyond(values, self.factor, below, seen)
+            for i in out:
                 reasons.setdefault(i, f"{what} {values[i]:.4g} is {_times(values[i], median)} the median {median:.4g}")
+            if median > 0:
+                ratios = [v / median for i, v in enumerate(values) if i not in out]
+                self.largest[what] = max([self.largest.get(what, 0.0), *ratios])
         for what, values, _ in measures:
             self.seen[what].extend(v for i, v in enumerate(values) if i not in reasons)
         kept = [u for i, u in enumerate(updates) if i not in reasons]
