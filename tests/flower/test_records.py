@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -41,6 +42,23 @@ def test_instruction_and_update_round_trip_exactly() -> None:
     assert torch.equal(got.row_indices["rows"], update.row_indices["rows"])
     metrics_only = record_to_update(update_to_record(Update("x", UpdateKind.METRICS, {}, 3, metrics={"v": 2.0})), "a")
     assert metrics_only.tensors == {} and metrics_only.metrics == {"v": 2.0}
+
+
+def test_an_update_carries_its_round_and_the_server_refuses_another_round() -> None:
+    """On Flower as in process: the round an update answers travels with it; a record without
+    one arrives as None, which the server refuses like a replay of an earlier round."""
+    from fedtopic_pipelines.core.federated.server import _wrong_round
+
+    sent = Update("x", UpdateKind.GRADIENTS, {"w": torch.ones(2)}, 3, round=7)
+    assert record_to_update(update_to_record(sent), "a").round == 7
+    unnamed = record_to_update(update_to_record(Update("x", UpdateKind.GRADIENTS, {"w": torch.ones(2)}, 3)), "a")
+    assert unnamed.round is None
+    assert "names no round" in _wrong_round(unnamed, 7)
+    assert "a replay or a stale update" in _wrong_round(dataclasses.replace(sent, round=6), 7)
+    record = update_to_record(sent)
+    record.config_records["meta"]["round"] = "7"
+    with pytest.raises(MalformedRecord, match="round must be the instruction's round"):
+        record_to_update(record, "a")
 
 
 def test_word2vec_sparse_rows_travel_as_rows_not_as_the_dense_table() -> None:
