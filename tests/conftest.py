@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +105,11 @@ def make_tiny_sentence_model(folder: Path) -> Path:
 def tiny_sentence_model(tmp_path_factory) -> Path:
     """The path of :func:`make_tiny_sentence_model`'s model (``train.embeddings.model``)."""
     return make_tiny_sentence_model(tmp_path_factory.mktemp("tiny-sentence-model"))
+
+
+@pytest.fixture
+def default_csv_field_limit() -> Iterator[None]:
+    """The csv module's limit as a fresh interpreter has it (128 KiB), whatever an earlier import set."""
+    before = csv.field_size_limit(131_072)
+    yield
+    csv.field_size_limit(before)

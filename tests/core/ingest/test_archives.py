@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import gzip
 import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -286,14 +284,6 @@ def test_an_unterminated_quote_in_a_csv_member_stops_naming_the_member_and_line(
         r"\(line 6: ',' expected after '\"'\); check the source's 'quoting' and 'delimiter'",
     ):
         archive_corpus(tmp_path, cfg, ["x"])
-
-
-@pytest.fixture
-def default_csv_field_limit() -> Iterator[None]:
-    """The csv module's limit as a fresh interpreter has it (128 KiB), whatever an earlier import set."""
-    before = csv.field_size_limit(131_072)
-    yield
-    csv.field_size_limit(before)
 
 
 @pytest.mark.usefixtures("default_csv_field_limit")

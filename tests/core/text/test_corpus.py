@@ -1,6 +1,4 @@
-import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -188,14 +186,6 @@ def test_a_runaway_quote_in_the_header_stops_naming_the_file(tmp_path: Path) -> 
     path.write_text('text,"org\nrocket,s\nhockey,"s\n')
     with pytest.raises(CorpusError, match=r"docs.csv': its header \(line 1\) is unreadable: inside a quoted field"):
         load_table(path)
-
-
-@pytest.fixture
-def default_csv_field_limit() -> Iterator[None]:
-    """The csv module's limit as a fresh interpreter has it (128 KiB), whatever an earlier import set."""
-    before = csv.field_size_limit(131_072)
-    yield
-    csv.field_size_limit(before)
 
 
 @pytest.mark.usefixtures("default_csv_field_limit")

@@ -57,7 +57,7 @@ class RecordedRound:
     updates: dict[str, Update]
 
 
-def _copy(update: Update) -> Update:
+def copied(update: Update) -> Update:
     """A copy whose tensors aggregation cannot change afterwards (a strategy may clip in place)."""
 
     def clone(part: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -101,7 +101,7 @@ class RecordingEngine:
             self.losses.setdefault(update.client_id, []).append((instruction.round, dict(update.metrics)))
         if instruction.round < self.keep_rounds:
             state = {k: v.detach().clone() for k, v in instruction.state.items()} if self.keep_state else {}
-            self.rounds.append(RecordedRound(instruction.round, state, {u.client_id: _copy(u) for u in updates}))
+            self.rounds.append(RecordedRound(instruction.round, state, {u.client_id: copied(u) for u in updates}))
         return replies
 
 

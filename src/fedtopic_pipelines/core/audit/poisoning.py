@@ -37,6 +37,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
+from fedtopic_pipelines.core.audit.attacks import copied
 from fedtopic_pipelines.core.federated.engine import Endpoint
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
 
@@ -108,21 +109,6 @@ class Hostile:
                 return update
             return self._previous
         return update
-
-
-def copied(update: Update) -> Update:
-    """A copy of ``update`` whose tensors nothing downstream can change."""
-
-    def clone(part: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in part.items()}
-
-    return dataclasses.replace(
-        update,
-        tensors=clone(update.tensors),
-        row_indices=clone(update.row_indices),
-        statistics=clone(update.statistics),
-        metrics=dict(update.metrics),
-    )
 
 
 def scaled(update: Update, factor: float, reference: Mapping[str, torch.Tensor] | None = None) -> Update:
