@@ -1,10 +1,11 @@
-"""The Flower tests' organisations share their terms: each holds two topics, each topic two of them.
+"""Organisations that share their terms, for the Flower tests of the keyed vocabulary exchange.
 
-Under the default ``privacy.vocab_k: 2`` a term enters the common vocabulary only if at least two
-organisations hold it. The project's ``tiny_raw_tables`` give each organisation a topic of its
-own, so nothing would pass; here every organisation writes half of its documents on the next
-one's topic, and every term is held by exactly two organisations: the keyed exchange keeps the
-whole vocabulary.
+Under the configured ``privacy.vocab_k: 2`` (conf/base) a term enters the common vocabulary only
+if at least two organisations hold it. The project's ``tiny_raw_tables`` give each organisation a
+topic of its own, so nothing would pass; in ``shared_raw_tables`` every organisation writes half
+of its documents on the next one's topic, and every term is held by exactly two organisations:
+the keyed exchange keeps the whole vocabulary. The other Flower tests keep ``tiny_raw_tables``
+(the library's default, k = 1), whose figures (SecAgg's quantisation bound) were derived on them.
 """
 
 from __future__ import annotations
@@ -33,6 +34,6 @@ def make_shared_raw_tables() -> dict[str, pd.DataFrame]:
 
 
 @pytest.fixture
-def tiny_raw_tables() -> dict[str, pd.DataFrame]:
-    """The Flower tests' organisations (:func:`make_shared_raw_tables`)."""
+def shared_raw_tables() -> dict[str, pd.DataFrame]:
+    """Organisations whose every term two of them hold (:func:`make_shared_raw_tables`)."""
     return make_shared_raw_tables()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from pathlib import Path
@@ -22,6 +23,7 @@ from tests.flower.local_grid import NO_KEY, LocalGrid, node_environment
 
 PREPROCESS = {"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1}
 CONSENSUS = {"top_n": 50, "min_count": 0, "merge": "union"}
+KEYED = {"vocab_k": 2}  # the configured default's keyed exchange (conf/base); the library's is k 1
 TRAIN = {
     "scenarios": ["federated"],
     "model": {"family": "prodlda", "n_topics": 3, "hidden_sizes": [8, 8]},
@@ -76,28 +78,28 @@ def test_same_vocabulary_and_parameters_as_the_kedro_path(tiny_raw_tables, tmp_p
     assert all(torch.equal(result.model.state[k], expected[k]) for k in expected)
 
 
-def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal(tiny_raw_tables, tmp_path) -> None:
-    """Only the top-N proposal leaves an organisation, and it is the same on both engines (on the
-    Flower node keyed, under the default ``privacy.vocab_k: 2``, with the organisations' key)."""
+def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal(shared_raw_tables, tmp_path) -> None:
+    """Only the top-N proposal leaves an organisation, and it is the same on both engines (keyed,
+    under the configured ``privacy.vocab_k: 2``, with the organisations' key)."""
     from fedtopic_pipelines.pipelines import preprocess, vocab_consensus
     from tests.pipelines.conftest import run_slice
 
     consensus = {**CONSENSUS, "top_n": 15}  # of 20 terms each: enough held by two organisations
-    orgs = list(tiny_raw_tables)
+    orgs = list(shared_raw_tables)
     key = secrets.token_hex(32)  # the organisations' key, on both engines
     with node_environment(key):
         kedro = run_slice(
             preprocess.create_pipeline(orgs) + vocab_consensus.create_pipeline(orgs),
             {
-                **{f"clients.{o}.raw_documents": t for o, t in tiny_raw_tables.items()},
+                **{f"clients.{o}.raw_documents": t for o, t in shared_raw_tables.items()},
                 "params:preprocess": PREPROCESS,
                 "params:vocab_consensus": consensus,
-                "params:privacy": {},
+                "params:privacy": KEYED,
                 "params:train": {},
                 "params:evaluate": {},
             },
         )
-    paths = write_sites(tiny_raw_tables, tmp_path)
+    paths = write_sites(shared_raw_tables, tmp_path)
     sent = {}
     grid = LocalGrid(
         client_app,
@@ -108,7 +110,7 @@ def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal
         ),  # the offer (the reveal follows it)
     )
     spec = {"organisations": orgs, "preprocess": PREPROCESS, "vocab_consensus": consensus, "train": TRAIN}
-    run_flower_federation(grid, Job.from_dict({**spec, "train": {**TRAIN, "max_steps": 1}}))
+    run_flower_federation(grid, Job.from_dict({**spec, "train": {**TRAIN, "max_steps": 1, "privacy": KEYED}}))
     configs = node_configs(paths, tmp_path)
     for node, reply in sent.items():
         org = configs[node]["organisation"]
@@ -119,15 +121,15 @@ def test_the_kedro_pipeline_and_the_flower_node_send_the_same_consensus_proposal
     assert len(sent) == len(orgs)
 
 
-def test_a_node_without_the_organisations_key_fails_the_vocabulary_stage_naming_it(tiny_raw_tables, tmp_path) -> None:
-    """Under the default keyed exchange (``privacy.vocab_k: 2``) a node must hold ``FEDTOPIC_VOCAB_KEY``."""
+def test_a_node_without_the_organisations_key_fails_the_vocabulary_stage_naming_it(shared_raw_tables, tmp_path) -> None:
+    """Under the configured keyed exchange (``privacy.vocab_k: 2``) a node must hold ``FEDTOPIC_VOCAB_KEY``."""
     from fedtopic_pipelines.core.federated.engine import FederationError
     from fedtopic_pipelines.core.vocab.privacy import KEY_ENV
 
-    paths = write_sites(tiny_raw_tables, tmp_path)
+    paths = write_sites(shared_raw_tables, tmp_path)
     grid = LocalGrid(client_app, node_configs(paths, tmp_path), vocab_key=NO_KEY)
     with pytest.raises(FederationError, match=f"stage 'vocabulary'.*{KEY_ENV} is not set"):
-        run_flower_federation(grid, job(list(paths), TRAIN))
+        run_flower_federation(grid, job(list(paths), {**TRAIN, "privacy": KEYED}))
 
 
 def corrupting(app, org: str, corrupt):
@@ -142,9 +144,7 @@ def corrupting(app, org: str, corrupt):
             return reply
         update = record_to_update(reply.content, org)
         tensors = corrupt(dict(update.tensors))
-        bad = type(update)(
-            org, update.kind, tensors, update.num_examples, statistics=update.statistics, metrics=update.metrics
-        )
+        bad = dataclasses.replace(update, tensors=tensors)  # the round it answers stays: only the tensors are bad
         return Message(update_to_record(bad), reply_to=message)
 
     return handle
@@ -250,6 +250,7 @@ def test_clients_send_only_counts_terms_tensors_sizes_and_metrics(tiny_raw_table
     layout = {"tensors", "statistics", "row_indices", "float32", "int64"}  # groups and dtypes of packed arrays
     metric_names = {"loss", "kl", "reconstruction", "validation_loss"}
     keys = {"organisation", "documents", "terms", "counts", "hashes", "openings", "train_rows", "validation_rows"}
+    keys |= {"round"}  # the round an update answers
     keys |= {"dropped_no_vocabulary_term_train", "dropped_no_vocabulary_term_test", "data_fingerprint"}
     fingerprints = {s for s in strings if len(s) == 64 and set(s) <= set("0123456789abcdef")}
     other = strings - vocabulary - parameter_names - set(paths) - layout - metric_names - keys - fingerprints
