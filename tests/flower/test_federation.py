@@ -211,6 +211,30 @@ def test_untrusted_updates_are_rejected_and_never_touch_the_model(
     assert all(torch.equal(attacked.model.state[k], without.model.state[k]) for k in attacked.model.state)
 
 
+def test_a_replayed_update_is_refused_on_flower_as_in_process(tiny_raw_tables, tmp_path) -> None:
+    """beta's node answers every training round after the first with its reply of the round before:
+    a well-formed update of another round, refused by the server's round check."""
+    from flwr.app import Message
+
+    earlier = {}
+
+    def replaying(message, context):
+        reply = client_app(message, context)
+        if context.node_config["organisation"] != "beta" or not message.metadata.message_type.startswith("train"):
+            return reply
+        sent = earlier.get("reply", reply.content)
+        earlier["reply"] = reply.content
+        return Message(sent, reply_to=message)
+
+    paths = write_sites(tiny_raw_tables, tmp_path)
+    result, _ = run_flower_federation(
+        LocalGrid(replaying, node_configs(paths, tmp_path)), job(list(paths), {**TRAIN, "max_steps": 3})
+    )
+    history = result.model.history
+    assert "beta" not in history[0].rejected
+    assert all("answers round" in r.rejected["beta"] and "replay" in r.rejected["beta"] for r in history[1:])
+
+
 def _strings(value) -> set[str]:
     if isinstance(value, str):
         return {value}
