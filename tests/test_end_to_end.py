@@ -250,8 +250,10 @@ def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
         "corpus: table\norganisations: [north, south, east]\n"
         "ingest_table: {text_column: content, organisation_column: site, label_column: topic}\n"
         "preprocess: {min_df: 2, max_df: 0.95}\n"
-        # three sites with disjoint words: the consensus floors (a term of >= 2 organisations) would empty it
+        # three sites with disjoint words: the consensus floors (a term of >= 2 organisations) would empty it,
+        # and so would the vocabulary's k (privacy.vocab_k: 2, the configured default)
         "vocab_consensus: {top_n: 100, min_count: 1, min_organisations: 1, min_total_count: 0}\n"
+        "privacy: {vocab_k: 1}\n"
         "train: {model: {n_topics: 3, hidden_sizes: [16]}, batch_size: 16, max_steps: 10}\n"
         "evaluate: {coherence_measures: [c_npmi]}\n"
     )
