@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedtopic_pipelines.core.compute import missing_device
 from fedtopic_pipelines.core.config import (
     ConfigError,
     ConfigModel,
@@ -196,18 +197,9 @@ def check_device(device: str, parameter: str) -> None:
     at the training node; torch is imported only when a block names such a device."""
     if device in ("auto", "cpu"):
         return
-    from fedtopic_pipelines.core.compute import missing_device
-
     missing = missing_device(device)
     if missing:
         raise ConfigError(f"parameter '{parameter}' is {device!r}, but {missing}; use 'auto' or 'cpu'")
-
-
-def check_privacy(config: ProjectConfig, pipelines: Sequence[str] | None) -> None:
-    """The ``privacy`` switch against the family each pipeline of the run trains (before any node
-    runs): ``kedro run --pipeline=word2vec`` with DP set is refused there, and the same DP on the
-    default chain's ProdLDA is not held against word2vec's block, which that run never reads."""
-    trained_blocks(config, pipelines)
 
 
 def with_privacy(

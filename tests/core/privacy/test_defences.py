@@ -21,7 +21,7 @@ from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 from fedtopic_pipelines.core.privacy.defences import DPPlan, clip, flat_norm, noise_generator, privatize
 from fedtopic_pipelines.core.site import MemoryEndpoint
-from fedtopic_pipelines.parameters import check_privacy, validate_parameters, with_privacy
+from fedtopic_pipelines.parameters import check_run, validate_parameters, with_privacy
 from tests.conftest import poisson_matrices
 
 VOCAB = 30
@@ -199,7 +199,7 @@ def test_a_replayed_update_is_refused_as_of_another_round() -> None:
 
 
 def _check(params: dict, pipelines=None) -> None:
-    check_privacy(validate_parameters(params), pipelines)
+    check_run(validate_parameters(params), pipelines)
 
 
 def test_impossible_combinations_are_refused_before_any_node_runs() -> None:
