@@ -143,7 +143,8 @@ class Screen:
     def __call__(self, updates: list[Update], strategy: Any, round_: int) -> tuple[list[Update], dict[str, str]]:
         if updates[0].client_id == SECURE_AGGREGATE:  # the sum: nothing to compare it with
             return updates, {}
-        reasons: dict[int, str] = {}
+        reasons: dict[int, str] = {}  # the same words every round (reports group by them); the figures go to the log
+        measured: dict[int, str] = {}
         measures = self._measures(updates, strategy)
         for what, values, below in measures:
             seen = self.seen.setdefault(what, deque(maxlen=self.MEMORY))
@@ -152,7 +153,9 @@ class Screen:
             median = statistics.median([v for v in (*values, *seen) if math.isfinite(v)] or [0.0])
             out = beyond(values, self.factor, below, seen)
             for i in out:
-                reasons.setdefault(i, f"{what} {values[i]:.4g} is {_times(values[i], median)} the median {median:.4g}")
+                measured[i] = measured.get(i) or f"{values[i]:.4g}, {_times(values[i], median)} the median {median:.4g}"
+                side = f"over {self.factor:g}x" + (f" or under 1/{self.factor:g} of" if below else "")
+                reasons.setdefault(i, f"{what} is {side} the median")
             if median > 0:
                 ratios = [v / median for i, v in enumerate(values) if i not in out]
                 self.largest[what] = max([self.largest.get(what, 0.0), *ratios])
@@ -162,15 +165,16 @@ class Screen:
         screened = {}
         for i, reason in sorted(reasons.items()):
             client = updates[i].client_id
-            screened[client] = f"{reason}; left out (privacy.outlier_factor {self.factor:g})"
+            screened[client] = f"{reason} (privacy.outlier_factor {self.factor:g})"
             self.left_out[client] += 1
             if self.left_out[client] % 50 == 1:  # the first time, then every 50th: a run of warnings says nothing new
                 logger.warning(
-                    "%s round %d: update from '%s' left out: %s (%d time(s) so far)",
+                    "%s round %d: update from '%s' left out: %s (%s; %d time(s) so far)",
                     self.name,
                     round_,
                     client,
                     screened[client],
+                    measured[i],
                     self.left_out[client],
                 )
         return kept, screened
