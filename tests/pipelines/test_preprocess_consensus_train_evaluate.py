@@ -13,6 +13,7 @@ from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.messages import Instruction, Update
 from fedtopic_pipelines.core.federation import run_federation
+from fedtopic_pipelines.core.metrics.topics import redundancy
 from fedtopic_pipelines.core.site import MemoryEndpoint
 from fedtopic_pipelines.core.text.demo import CorpusError
 from fedtopic_pipelines.core.vocab.consensus import EmptyVocabularyError
@@ -239,6 +240,25 @@ def _check_pooled_coherence(out: dict) -> None:
     assert set(headline) == {"federated", "centralized", "non_collaborative_local_mean"}
     assert headline["federated"]["c_npmi"] == fed["c_npmi"]["value"]
     assert out["evaluation_metrics_mlflow"]["scenario.federated.c_npmi"]["value"] == fed["c_npmi"]["value"]
+    _check_redundancy(out)
+
+
+def _check_redundancy(out: dict) -> None:
+    """Every model reports its largest top-word overlap and inverted RBO (metrics.json, headline,
+    MLflow), and a model with a duplicate pair of topics is a warning naming the topic count."""
+    metrics, topics = out["metrics"], out["topics"]
+    for name, entry in metrics["models"].items():
+        found = redundancy(topics[name], duplicate_at=5)
+        assert entry["largest_topic_overlap"] == found.largest_overlap
+        assert entry["inverted_rbo"] == pytest.approx(found.inverted_rbo)
+        assert out["evaluation_metrics_mlflow"][f"{name}.inverted_rbo"]["value"] == pytest.approx(found.inverted_rbo)
+        warned = {w["kind"] for w in metrics["quality_warnings"] if w["model"] == name}
+        assert ("duplicate_topics" in warned) == bool(found.duplicate_pairs)
+    assert (
+        out["headline_metrics"]["federated"]["largest_topic_overlap"]
+        == metrics["models"]["federated"]["largest_topic_overlap"]
+    )
+    assert 0.0 <= out["headline_metrics"]["centralized"]["inverted_rbo"] <= 1.0
 
 
 def test_a_scenario_mean_over_a_subset_says_so() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedtopic_pipelines.core.config.base import ConfigModel, Name, OpenFraction, PositiveFloat, PositiveInt, Seed
 
@@ -32,13 +32,17 @@ class WordVectorsEvaluateConfig(ConfigModel):
 class EvaluateConfig(ConfigModel):
     """Evaluation settings (coherence, diversity, classification).
 
-    ``top_words`` words of every topic are the coherence candidates each organisation counts.
+    ``top_words`` words of every topic are the coherence candidates each organisation counts,
+    and the lists redundancy is judged on: two topics sharing ``duplicate_shared_words`` or more
+    of them are a duplicate pair; ``rbo_weight`` is inverted RBO's persistence (OCTIS's 0.9).
     """
 
     block: ClassVar[str] = "evaluate"
 
     top_words: Annotated[int, Field(ge=2)] = 10
     diversity_top_words: PositiveInt = 25
+    duplicate_shared_words: PositiveInt = 5
+    rbo_weight: OpenFraction = 0.9
     # Exact coherence on the virtual pooled corpus (summed per-organisation counts; docs/evaluation.md).
     coherence_measures: Annotated[tuple[Literal["c_npmi", "c_v", "u_mass", "c_uci"], ...], Field(min_length=1)] = (
         "c_npmi",
@@ -48,3 +52,12 @@ class EvaluateConfig(ConfigModel):
     svm_test_size: OpenFraction = 0.2
     svm_c: PositiveFloat = 1.0
     seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _duplicates_within_top_words(self) -> Self:
+        if self.duplicate_shared_words > self.top_words:
+            raise ValueError(
+                f"'duplicate_shared_words' = {self.duplicate_shared_words} is more than 'top_words' = "
+                f"{self.top_words}: no pair of topics could share that many; set it to at most {self.top_words}"
+            )
+        return self

@@ -50,7 +50,8 @@ from fedtopic_pipelines.core.metrics.coherence import (
     sum_counts,
 )
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
-from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
+from fedtopic_pipelines.core.metrics.quality import model_warnings
+from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.models.ctm import ContextualBatch
 from fedtopic_pipelines.core.shards import ShardedTable, as_frame
@@ -272,6 +273,7 @@ def summarise(
         name: _model_entry(name, trained, measures, pooled, by_org, diversity_topics, evaluations)
         for name, trained in models.items()
     }
+    warnings = _redundancy(per_model, topics, len(vocabulary), config)
     scenarios = _scenarios(per_model, organisations, measures)
     metrics = {
         "definitions": DEFINITIONS,
@@ -282,6 +284,7 @@ def summarise(
         "n_test_documents": {org: evaluations[org]["n_test_documents"] for org in organisations},
         "n_texts": {org: evaluations[org]["n_texts"] for org in organisations},
         "vocabulary_size": len(vocabulary),
+        "quality_warnings": warnings,
         "lineage": lineage,
     }
     headline = headline_metrics(scenarios)
@@ -292,6 +295,22 @@ def summarise(
         comparison_figure(per_model, scenarios, organisations, measures),
         _mlflow(per_model, scenarios),
     )
+
+
+def _redundancy(
+    per_model: dict[str, Any], topics: dict[str, list[list[str]]], vocabulary_size: int, config: EvaluateConfig
+) -> list[dict[str, object]]:
+    """Add each model's topic redundancy (largest top-word overlap, duplicate pairs, inverted RBO) to
+    its entry, and return the warnings a degenerate model earns, each logged with what to change."""
+    warnings = []
+    for name, entry in per_model.items():
+        found = redundancy(topics[name], config.duplicate_shared_words, config.rbo_weight)
+        entry.update(found.as_dict())
+        undefined = {m: entry[f"{m}_undefined_topics"] for m in config.coherence_measures}
+        for warning in model_warnings(name, topics[name], found, vocabulary_size, undefined, "train.model.n_topics"):
+            logger.warning("model '%s': %s", name, warning.message)
+            warnings.append(warning.as_dict())
+    return warnings
 
 
 def _summary_lineage(
@@ -354,7 +373,7 @@ def _scenarios(per_model: dict[str, Any], organisations: list[str], measures: li
     """The scenarios' headline values, each with what it covers: the federated and centralized
     models' pooled values and per-organisation means, and the local models' means."""
     org_metrics = ["perplexity", "macro_f1", "topic_coverage", *(PER_ORG + m for m in measures)]
-    model_metrics = [*measures, "topic_diversity"]
+    model_metrics = [*measures, "topic_diversity", *REDUNDANCY]
     scenarios: dict[str, Any] = {}
     for name in ("federated", "centralized"):
         if name in per_model:
@@ -393,11 +412,20 @@ def _scenarios(per_model: dict[str, Any], organisations: list[str], measures: li
     return scenarios
 
 
+REDUNDANCY = ("largest_topic_overlap", "duplicate_topic_pairs", "inverted_rbo")
+
 DEFINITIONS = {
     "c_npmi, c_v, u_mass (of a model)": "pooled: gensim's measure on the virtual pooled corpus of every organisation's "
     "texts, from summed co-occurrence counts (equal to gensim on the concatenated texts)",
     "per_organisation.<measure>": "secondary: the same measure on one organisation's texts alone; topics with a word "
     "the organisation never wrote are undefined, left out of its mean and counted in <measure>_undefined_topics",
+    "largest_topic_overlap": "the most top words (evaluate.top_words) two topics of a model share; its pair and "
+    "words in largest_topic_overlap_pair",
+    "duplicate_topic_pairs": "pairs of topics sharing evaluate.duplicate_shared_words or more top words",
+    "inverted_rbo": "1 - the mean rank-biased overlap (extrapolated, persistence evaluate.rbo_weight) of every pair of "
+    "topics' top words, as OCTIS computes it: 1 = no two topics share a word",
+    "quality_warnings": "what makes a model degenerate (duplicate topics, a vocabulary too small for its topics, "
+    "undefined pooled coherence), each with the parameter to change and a value to try",
     "topic_coverage": "share of a topic's top words that occur in the organisation's texts, mean over topics",
     "scenarios.<s>.<metric>": "value with what it covers: kind pooled (one model, all organisations' texts), "
     "mean (over every organisation), mean_over_subset (organisations without a value are listed in left_out), "
