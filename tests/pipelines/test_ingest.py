@@ -49,6 +49,21 @@ def test_ingest_demo_slice(demo_corpus) -> None:
     assert report["dropped"]["over_max_documents"] == 18821 - 5 * 25
 
 
+def test_ingest_demo_strips_quoting_attributions_and_reports_what_it_removed(demo_corpus) -> None:
+    params = {"organisations": MAPPING, "max_documents": {"train": 200, "test": 5}, "strip_boilerplate": True}
+    out = run_slice(
+        ingest_demo.create_pipeline(ORGS),
+        {"demo_corpus": demo_corpus, "params:organisations": ORGS, "params:ingest_demo": params},
+    )
+    texts = [t for org in ORGS for t in out[f"clients.{org}.raw_documents"]["text"]]
+    before = demo_corpus.documents["text"].str.contains(" in article ").mean()
+    after = sum(" in article " in t for t in texts) / len(texts)  # left: attributions with no "writes"
+    assert before > 0.3 and after < 0.02 and not any(" edu " in t for t in texts)
+    stripped = out["ingestion_report_demo"]["boilerplate_stripped"]
+    assert stripped["quote_attributions"] > 5000 and stripped["documents_emptied"] == 0
+    assert stripped["tokens_after"] < stripped["tokens_before"]
+
+
 def test_ingest_demo_names_an_organisation_without_patterns(demo_corpus) -> None:
     with pytest.raises(CorpusError, match=r"no label patterns for \['extra'\]"):
         run_slice(

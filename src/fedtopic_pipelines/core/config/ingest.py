@@ -21,11 +21,13 @@ from fedtopic_pipelines.core.config.base import (
 
 
 class IngestDemoConfig(ConfigModel):
-    """20 Newsgroups: label glob patterns per organisation, optional caps per split."""
+    """20 Newsgroups: label glob patterns per organisation, optional caps per split, and whether
+    to strip the posts' quoting attributions and mail-address suffixes (``core/text/demo.py``)."""
 
     block: ClassVar[str] = "ingest_demo"
 
     organisations: dict[str, Rules] = Field(default_factory=dict)
+    strip_boilerplate: bool = False
     max_documents: MaxDocuments = None
     seed: Seed = 42
 
