@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from unittest.mock import patch
 
@@ -252,3 +253,39 @@ def test_a_tokenizer_error_names_the_organisation_and_row(tmp_path) -> None:
 def test_max_document_chars_is_validated() -> None:
     with pytest.raises(ConfigError, match="max_document_chars"):
         from_mapping(PreprocessConfig, {"max_document_chars": 0}, "preprocess")
+
+
+def _with_boilerplate(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every document between the same navigation line and licence line (mixed case and spacing),
+    half of them also with a signature line."""
+    texts = [
+        f"Home |  Contact\n{t}\n" + ("--\nsent from my desk\n" if i % 2 else "") + "licence CC BY-SA"
+        for i, t in enumerate(frame["text"])
+    ]
+    return frame.assign(text=texts)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_lines_repeated_across_documents_are_removed_and_counted(tmp_path, processes) -> None:
+    frame = corpus(300, seed=3)
+    config = PreprocessConfig(min_df=1, max_df=1.0, processes=processes, chunk_documents=50, repeated_lines=0.3)
+    result = preprocess_shards(sharded(_with_boilerplate(frame), tmp_path, 120), config)
+    assert result.tokens.to_frame()["tokens"].tolist() == reference(frame, config)[0]  # as if never there
+    assert not {"home", "contact", "licence", "sent", "desk"} & set(result.term_counts)
+    n_train = int((frame["split"] == "train").sum())
+    report = result.report["repeated_lines"]
+    assert report["threshold_documents"] == math.ceil(0.3 * n_train)
+    assert report["distinct_lines"] == 4  # navigation, licence, "--" and the signature
+    assert report["occurrences_removed"] == 2 * 300 + 2 * 150
+    assert report["documents_changed"] == 300
+
+
+def test_a_line_below_the_repeat_threshold_and_corpus_stopwords_stay_apart(tmp_path) -> None:
+    frame = corpus(40, seed=4)
+    texts = _with_boilerplate(frame)["text"]
+    config = PreprocessConfig(min_df=1, max_df=1.0, repeated_lines=10_000, extra_stopwords=("Licence", "rocket"))
+    result = preprocess_shards(frame.assign(text=texts), config)
+    assert result.report["repeated_lines"]["distinct_lines"] == 0  # no line reaches 10,000 documents
+    assert {"home", "contact"} <= set(result.term_counts)  # kept: below the threshold
+    assert not {"licence", "rocket"} & set(result.term_counts)  # a corpus's own stopwords, any case
+    assert "repeated_lines" not in preprocess_shards(frame, PreprocessConfig(min_df=1, max_df=1.0)).report

@@ -29,6 +29,12 @@ class PreprocessConfig(ConfigModel):
     # A longer document is truncated at the last whitespace before this many characters and
     # counted in the report; null: no limit (docs/ingestion.md#long-documents).
     max_document_chars: PositiveInt | None = 1_000_000
+    # Boilerplate controls (docs/vocabulary.md#boilerplate), off by default: a corpus's own
+    # stopwords (added to ``stopwords``), and lines repeated across documents: a line found in
+    # at least this many of the organisation's training documents (an integer; a float: this
+    # share of them, rounded up, at least 2) is removed from all its documents before tokenising.
+    extra_stopwords: tuple[str, ...] = ()
+    repeated_lines: CountOrShare | None = None
 
 
 class ConsensusConfig(ConfigModel):

@@ -17,6 +17,7 @@ organisation is preprocessed (docs/vocabulary.md).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import shutil
@@ -158,6 +159,59 @@ def check_organisations(
     return report
 
 
+def _line_key(line: str) -> int | None:
+    """A line's identity for :class:`RepeatedLines`: its words, lowercased, as an 8-byte hash
+    (stable across processes, unlike ``hash``); None for a blank line."""
+    words = " ".join(line.split()).lower()
+    if not words:
+        return None
+    return int.from_bytes(hashlib.blake2b(words.encode(), digest_size=8).digest(), "little")
+
+
+@dataclass
+class RepeatedLines:
+    """Lines found in at least ``threshold`` of an organisation's training documents (boilerplate:
+    navigation, licence or signature lines), and how many occurrences :meth:`strip` removed."""
+
+    keys: frozenset[int]
+    threshold: int
+    removed: int = 0
+    documents_changed: int = 0
+
+    @classmethod
+    def count(cls, raw: pd.DataFrame | ShardedTable, setting: int | float) -> RepeatedLines:
+        """Count every line's training documents, shard by shard (``setting``: a count, or a share
+        of the training documents rounded up; at least 2 either way)."""
+        seen: Counter[int] = Counter()
+        n_train = 0
+        for frame in tqdm(iter_frames(raw), desc="count repeated lines", unit="shard", leave=False):
+            for text in frame.loc[frame["split"] == "train", "text"].astype(str):
+                n_train += 1
+                seen.update({k for k in map(_line_key, text.splitlines()) if k is not None})
+        least = setting if isinstance(setting, int) else math.ceil(round(setting * n_train, 9))
+        threshold = max(2, least)
+        return cls(frozenset(k for k, n in seen.items() if n >= threshold), threshold)
+
+    def strip(self, text: str) -> str:
+        """``text`` without its repeated lines (counted)."""
+        if not self.keys:
+            return text
+        lines = text.splitlines()
+        kept = [line for line in lines if _line_key(line) not in self.keys]
+        if len(kept) < len(lines):
+            self.removed += len(lines) - len(kept)
+            self.documents_changed += 1
+        return "\n".join(kept)
+
+    def report(self) -> dict[str, int]:
+        return {
+            "threshold_documents": self.threshold,
+            "distinct_lines": len(self.keys),
+            "occurrences_removed": self.removed,
+            "documents_changed": self.documents_changed,
+        }
+
+
 @dataclass
 class PreprocessResult:
     tokens: ShardedTable
@@ -179,6 +233,7 @@ class _FirstPass:
     pending: list[list[str]] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
+    lines: RepeatedLines | None = None
 
     def chunks(self, raw: pd.DataFrame | ShardedTable, config: PreprocessConfig) -> Iterator[Chunk]:
         """Cut every shard into worker chunks, keeping its metadata aside for :meth:`flush`."""
@@ -186,6 +241,8 @@ class _FirstPass:
         for shard, frame in enumerate(iter_frames(raw)):
             self.frames.append(frame.drop(columns=["text"]))
             texts = frame["text"].astype(str).tolist()
+            if self.lines is not None:
+                texts = [self.lines.strip(t) for t in texts]
             ids = frame["doc_id"].astype(str).tolist()
             name = str(frame["organisation"].iloc[0]) if len(frame) else "?"
             for begin in range(0, max(len(texts), 1), config.chunk_documents):
@@ -214,8 +271,10 @@ class _FirstPass:
 def _tokenize_pass(
     raw: pd.DataFrame | ShardedTable, config: PreprocessConfig, first: Path, processes: int
 ) -> _FirstPass:
-    """First pass: tokenise in parallel but flush shards in order, so the counts need no second read."""
-    state = _FirstPass(first)
+    """First pass: tokenise in parallel but flush shards in order, so the counts need no second read
+    (after a pass counting repeated lines, when ``repeated_lines`` asks for it)."""
+    lines = None if config.repeated_lines is None else RepeatedLines.count(raw, config.repeated_lines)
+    state = _FirstPass(first, lines=lines)
     current = 0
     progress = tqdm(total=len(raw), desc="tokenise", unit="doc", leave=False)
     for shard, docs, cut in ordered_map(tokenize_chunk, state.chunks(raw, config), processes):
@@ -305,5 +364,7 @@ def preprocess_shards(
         "shards": len(shards),
         "processes": processes,
     }
+    if state.lines is not None:
+        report["repeated_lines"] = state.lines.report()
     logger.info("preprocess %s: %d -> %d documents, %d terms", org, state.documents_in, documents_out, len(term_counts))
     return PreprocessResult(ShardedTable(shards, staging=staging), term_counts, report)

@@ -114,7 +114,7 @@ def tokenize_documents(texts: Iterable[str], config: PreprocessConfig) -> list[l
     counts them) and a long one is tokenised in pieces (:func:`tokenize_long`).
     """
     tokenize = _tokenizer(config.tokenizer)
-    stop = _stopwords(config.stopwords)
+    stop = _stopwords(config.stopwords) | _extra(config.extra_stopwords)
     min_len = config.min_token_length
     alpha = config.alphabetic_only
     out: list[list[str]] = []
@@ -130,6 +130,12 @@ def tokenize_documents(texts: Iterable[str], config: PreprocessConfig) -> list[l
 @lru_cache(maxsize=4)
 def _stopwords(source: str) -> frozenset[str]:
     return stopword_set(source) if source != "none" else frozenset()
+
+
+@lru_cache(maxsize=4)
+def _extra(words: tuple[str, ...]) -> frozenset[str]:
+    """A corpus's own stopwords, lowercased like the tokens they are compared with."""
+    return frozenset(w.lower() for w in words)
 
 
 def term_counts(docs: Iterable[Sequence[str]]) -> Counter[str]:
