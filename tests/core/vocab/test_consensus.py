@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -113,6 +115,35 @@ def test_floors_that_empty_the_vocabulary_name_both_parameters() -> None:
         _agree(min_organisations=3, min_total_count=100)
     with pytest.raises(EmptyVocabularyError, match="'vocab_consensus.min_organisations' is 4 but only 3"):
         _agree(min_organisations=4)
+
+
+LOUD_ALONE = {"a": {"loud": 100, "x": 3}, "b": {"x": 2}}
+
+
+@pytest.mark.parametrize(
+    ("proposals", "floors", "suggested"),
+    [
+        (FLOOR_PROPOSALS, {"min_organisations": 3, "min_total_count": 100}, {"min_total_count": 60}),
+        (FLOOR_PROPOSALS, {"min_organisations": 2, "min_total_count": 70}, {"min_total_count": 7}),
+        (LOUD_ALONE, {"min_organisations": 2, "min_total_count": 50}, {"min_total_count": 5, "min_organisations": 1}),
+    ],
+)
+def test_an_empty_vocabulary_error_gives_each_floor_a_value_that_keeps_terms(proposals, floors, suggested) -> None:
+    def agree(**values):
+        return agree_on_vocabulary(proposals, ConsensusConfig(top_n=10, min_count=0, **values))
+
+    with pytest.raises(EmptyVocabularyError) as caught:
+        agree(**floors)
+    found = dict(re.findall(r"'vocab_consensus\.(\w+)' = (\d+) keeps", str(caught.value)))
+    assert {k: int(v) for k, v in found.items()} == suggested
+    for name, value in suggested.items():  # each suggestion alone, the other floor as it was, keeps terms
+        assert len(agree(**{**floors, name: value}).vocabulary) > 0
+
+
+def test_the_report_says_what_the_floors_took_from_each_organisation() -> None:
+    per_org = _agree(min_organisations=2).report["per_organisation"]
+    assert per_org["a"] == {"proposed_terms": 4, "kept_terms": 2, "removed_terms": 2, "removed_proposed_count": 67}
+    assert per_org["c"] == {"proposed_terms": 2, "kept_terms": 1, "removed_terms": 1, "removed_proposed_count": 9}
 
 
 @pytest.mark.parametrize(

@@ -141,9 +141,14 @@ class ProdLDAFamily(BagOfWordsData):
         return max(1, math.ceil(rows / (config.batch_size * (ghosts or 1))))
 
     def validate_data(self, name: str, data: sp.spmatrix, config: TrainConfig | None = None) -> None:
-        """An organisation's training data must allow a batch (BatchNorm needs two documents)."""
+        """An organisation's training data must allow a batch of two documents (the batch sampler's
+        floor, and BatchNorm's under ``normalization: batch``)."""
         if data.shape[0] < 2:
+            why = " (BatchNorm)" if config is not None and config.model.batch_coupled() else ""
             raise ValueError(
-                f"organisation '{name}' has {data.shape[0]} training document(s) with words of the common "
-                "vocabulary; training needs at least 2 (BatchNorm)"
+                f"organisation '{name}' has {data.shape[0]} training document(s) with a word of the common "
+                f"vocabulary of {data.shape[1]} terms; training needs at least 2{why}. The vocabulary floors or "
+                "the privacy rule left too few terms for it: lower 'vocab_consensus.min_total_count' or "
+                "'vocab_consensus.min_organisations' (the consensus report's per_organisation entry says what they "
+                "took from each organisation)"
             )

@@ -151,6 +151,49 @@ def _refuse_unreachable(organisations: int, config: ConsensusConfig, privacy: Pr
         )
 
 
+# What the suggestions in an empty-vocabulary error aim for: at least this many terms (20 topics of 25
+# distinct top words, the demo's model), or every term the other rules keep when they keep fewer.
+SUGGESTED_TERMS = 500
+
+
+def _largest_keeping(values: pd.Series, current: int) -> tuple[int, int] | None:
+    """The largest floor on ``values`` (below ``current``) that keeps min(SUGGESTED_TERMS, all) of
+    them, and how many it keeps; None when no lower value keeps a term."""
+    if values.empty:
+        return None
+    ranked = values.sort_values(ascending=False, ignore_index=True)
+    value = int(ranked.iloc[min(SUGGESTED_TERMS, len(ranked)) - 1])
+    return (value, int((ranked >= value).sum())) if value < current else None
+
+
+def floor_suggestions(merged: pd.DataFrame, passes: pd.Series, config: ConsensusConfig) -> list[str]:
+    """For each floor, a value that keeps terms with the other floor and the privacy rule as they are,
+    computed from the merged counts: what an empty-vocabulary error proposes."""
+    out = []
+    by_count = merged.loc[passes & (merged["n_organisations"] >= config.min_organisations), "frequency"]
+    found = _largest_keeping(by_count, config.min_total_count)
+    if found:
+        out.append(f"'vocab_consensus.min_total_count' = {found[0]} keeps {found[1]} terms")
+    by_orgs = merged.loc[passes & (merged["frequency"] >= config.min_total_count), "n_organisations"]
+    found = _largest_keeping(by_orgs, config.min_organisations)
+    if found:
+        out.append(f"'vocab_consensus.min_organisations' = {found[0]} keeps {found[1]} terms")
+    if not out and passes.any():
+        both = _largest_keeping(merged.loc[passes, "frequency"], config.min_total_count + 1)
+        if both:
+            out.append(
+                f"'vocab_consensus.min_organisations' = 1 with 'vocab_consensus.min_total_count' = {both[0]} "
+                f"keeps {both[1]} terms"
+            )
+    if not passes.any():
+        most = int(merged["n_organisations"].max())
+        out.append(
+            f"no term is held by 'privacy.vocab_k' organisations: the most any term is held by is {most}; "
+            f"'privacy.vocab_k' = {most} lowers the privacy floor (docs/privacy.md)"
+        )
+    return out
+
+
 def _refuse_empty(
     vocabulary: pd.DataFrame,
     merged: pd.DataFrame,
@@ -159,8 +202,10 @@ def _refuse_empty(
     config: ConsensusConfig,
     privacy: PrivacyConfig,
 ) -> None:
-    """Stop on an empty vocabulary, saying how many terms each floor and the privacy rule removed."""
+    """Stop on an empty vocabulary, saying how many terms each floor and the privacy rule removed,
+    and which value of each floor would keep terms."""
     if vocabulary.empty:
+        suggestions = floor_suggestions(merged, passes, config)
         raise EmptyVocabularyError(
             f"the floors removed all {len(merged)} terms of the {config.merge} of the organisations' vocabularies "
             f"({removed['min_organisations']['terms']} proposed by fewer than 'vocab_consensus.min_organisations' = "
@@ -172,8 +217,24 @@ def _refuse_empty(
                 if privacy.vocab_min_count
                 else ""
             )
-            + "); lower one of them"
+            + "); try "
+            + "; or ".join(suggestions)
         )
+
+
+def removed_per_organisation(proposals: Mapping[str, Mapping[str, int]], kept: set[str]) -> dict[str, dict[str, int]]:
+    """What the floors and the privacy rule took from each organisation's proposal: the smallest
+    organisation's terms go first under a floor, and this says by how much."""
+    out = {}
+    for org, proposal in proposals.items():
+        gone = [t for t in proposal if t not in kept]
+        out[org] = {
+            "proposed_terms": len(proposal),
+            "kept_terms": len(proposal) - len(gone),
+            "removed_terms": len(gone),
+            "removed_proposed_count": int(sum(proposal[t] for t in gone)),
+        }
+    return out
 
 
 def agree_on_vocabulary(
@@ -217,6 +278,7 @@ def agree_on_vocabulary(
         },
         "vocabulary_size": len(vocabulary),
         "vocabulary_proposed_count": int(vocabulary["frequency"].sum()),
+        "per_organisation": removed_per_organisation(proposals, set(vocabulary["term"])),
     }
     _refuse_empty(vocabulary, merged, removed, passes, config, privacy)
     if removed["total"]["terms"] or not passes.all():
