@@ -23,3 +23,15 @@ def test_a_device_torch_cannot_reach_here_is_said_so() -> None:
 @pytest.mark.skipif(sys.platform == "darwin", reason="Apple silicon may have an MPS device")
 def test_mps_is_missing_off_apple_silicon() -> None:
     assert missing_device("mps") == "torch finds no MPS device (Apple silicon) on this machine"
+
+
+def test_deterministic_algorithms_are_on_inside_the_block_and_restored_after() -> None:
+    import torch
+
+    from fedtopic_pipelines.core.compute import deterministic_algorithms
+
+    assert not torch.are_deterministic_algorithms_enabled()
+    with deterministic_algorithms():
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    assert not torch.are_deterministic_algorithms_enabled()

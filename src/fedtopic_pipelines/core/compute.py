@@ -58,3 +58,23 @@ def compute_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms() -> Iterator[None]:
+    """torch's deterministic algorithms on for the block, then the setting restored: the same
+    seed gives the same numbers on one machine. ``warn_only``: an op without a deterministic
+    version warns instead of failing. On CPU every op training uses is deterministic already,
+    so it costs nothing measurable there (docs/results.md#reproducibility); on CUDA it needs
+    ``CUBLAS_WORKSPACE_CONFIG`` before the first cuBLAS call, which this sets when unset."""
+    import os
+
+    import torch  # deferred: see the module docstring
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import pandas as pd
 import scipy.sparse as sp
 
-from fedtopic_pipelines.core.compute import compute_threads
+from fedtopic_pipelines.core.compute import compute_threads, deterministic_algorithms
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federation import run_federation
@@ -70,7 +70,7 @@ def train_scenarios(
         return result.model
 
     models: dict[str, TrainedModel] = {}
-    with compute_threads(config.threads):
+    with compute_threads(config.threads), deterministic_algorithms():
         _train_all(config, orgs, train_matrices, run, models)
     return models
 
