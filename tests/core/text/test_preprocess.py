@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from unittest.mock import patch
 
@@ -114,10 +115,25 @@ def test_a_plain_table_is_one_shard(tmp_path) -> None:
 
 def test_no_training_document_left_is_named() -> None:
     frame = corpus(20).assign(text="the and 42", organisation="hospital")
-    with pytest.raises(CorpusError, match="organisation 'hospital' has no training document left"):
+    with pytest.raises(CorpusError, match="organisation 'hospital' .* no training document left.*stopword"):
         preprocess_shards(frame, PreprocessConfig(min_df=1))
     with pytest.raises(CorpusError, match="organisation 'hospital' has no training documents"):
         preprocess_shards(frame.assign(split="test"), PreprocessConfig(min_df=1))
+
+
+def test_a_min_df_that_leaves_no_document_names_a_value_computed_from_the_organisation() -> None:
+    # 30 training documents, each with its own two words and one word shared by three of them
+    texts = [f"alpha{chr(97 + i)} beta{chr(97 + i)} shared{chr(97 + i // 3)}" for i in range(30)]
+    frame = corpus(30).assign(text=texts, split="train", organisation="clinic")
+    config = PreprocessConfig(min_df=5, max_df=0.5, alphabetic_only=False)
+    with pytest.raises(CorpusError, match="'preprocess.min_df' = 5 \\(5 documents\\).* keep 0 terms") as caught:
+        preprocess_shards(frame, config)
+    suggested = int(re.search(r"try 'preprocess.min_df' = (\d+)", str(caught.value)).group(1))
+    assert suggested == 1  # 60 words in one document, 10 in three: the 500 most widespread include the former
+    assert preprocess_shards(frame, PreprocessConfig(min_df=suggested, max_df=0.5, alphabetic_only=False)).term_counts
+    everywhere = corpus(30).assign(text="common word", split="train", organisation="clinic")
+    with pytest.raises(CorpusError, match="try 'preprocess.max_df' = 1: every term is in more than 15"):
+        preprocess_shards(everywhere, PreprocessConfig(min_df=1, max_df=0.5))
 
 
 def test_synthetic_terms_survive_with_the_whitespace_tokenizer() -> None:

@@ -81,6 +81,28 @@ def document_frequency_window(config: PreprocessConfig, n_train: int) -> tuple[i
     return max(1, math.ceil(round(config.min_df * n_train, 9))), config.max_df * n_train
 
 
+# What a suggested min_df aims for: at least this many of the organisation's terms (or all of them).
+SUGGESTED_TERMS = 500
+
+
+def document_frequency_suggestion(df: Counter[str], config: PreprocessConfig, n_train: int) -> str:
+    """A ``min_df`` (or ``max_df``) that keeps terms, computed from the organisation's document
+    frequencies, for the message of a stop that the window caused."""
+    if not df:
+        return (
+            "other cleaning: every token was a stopword ('preprocess.stopwords', 'preprocess.extra_stopwords'), "
+            "shorter than 'preprocess.min_token_length' or not alphabetic ('preprocess.alphabetic_only')"
+        )
+    _, most = document_frequency_window(config, n_train)
+    inside = sorted((n for n in df.values() if n <= most), reverse=True)
+    if not inside:
+        share = min(1.0, math.ceil(20 * min(df.values()) / n_train) / 20)
+        return f"'preprocess.max_df' = {share:g}: every term is in more than {most:g} of its documents"
+    value = inside[min(SUGGESTED_TERMS, len(inside)) - 1]
+    kept = sum(n >= value for n in inside)
+    return f"'preprocess.min_df' = {value} (or the share {value / n_train:.3g}), which keeps {kept} terms"
+
+
 def _window_problem(config: PreprocessConfig, n_train: int) -> str | None:
     least, most = document_frequency_window(config, n_train)
     if least <= most:
@@ -346,8 +368,10 @@ def preprocess_shards(
     if train_out == 0:
         shutil.rmtree(staging, ignore_errors=True)
         raise CorpusError(
-            f"organisation '{org}' has no training document left after preprocessing; "
-            "relax 'preprocess.min_df' / 'preprocess.max_df'"
+            f"organisation '{org}' ({n_train} training documents) has no training document left after "
+            f"preprocessing: 'preprocess.min_df' = {config.min_df} ({min_docs} documents) and 'preprocess.max_df' = "
+            f"{config.max_df} ({max_docs:g} documents) keep {len(keep)} terms; try "
+            + document_frequency_suggestion(state.df, config, n_train)
         )
     term_counts = {t: c for t, c in state.counts.items() if t in keep}
     report = {
