@@ -288,6 +288,14 @@ def summarise(
         "lineage": lineage,
     }
     headline = headline_metrics(scenarios)
+    for scenario, row in headline.items():
+        logger.info(
+            "%s: pooled NPMI %s, topic diversity %s, largest topic overlap %s of %d top words, inverted RBO %s",
+            scenario,
+            *(_shown(row.get(m)) for m in ("c_npmi", "topic_diversity", "largest_topic_overlap")),
+            config.top_words,
+            _shown(row.get("inverted_rbo")),
+        )
     return (
         metrics,
         headline,
@@ -295,6 +303,10 @@ def summarise(
         comparison_figure(per_model, scenarios, organisations, measures),
         _mlflow(per_model, scenarios),
     )
+
+
+def _shown(value: float | int | None) -> str:
+    return "undefined" if value is None else f"{value:.3g}"
 
 
 def _redundancy(
@@ -413,6 +425,7 @@ def _scenarios(per_model: dict[str, Any], organisations: list[str], measures: li
 
 
 REDUNDANCY = ("largest_topic_overlap", "duplicate_topic_pairs", "inverted_rbo")
+POOLED_TEXT = ("c_npmi", "c_v", "u_mass", "c_uci")  # measured on texts; diversity and redundancy on the topics alone
 
 DEFINITIONS = {
     "c_npmi, c_v, u_mass (of a model)": "pooled: gensim's measure on the virtual pooled corpus of every organisation's "
@@ -492,7 +505,7 @@ def comparison_figure(
 ) -> plt.Figure:
     """Pooled metrics per scenario, then per organisation and metric: federated vs centralized vs
     its own model vs the others' models, with each scenario mean and what it covers."""
-    pooled_panels = [*measures, "topic_diversity"]
+    pooled_panels = [*measures, "topic_diversity", "inverted_rbo"]
     org_panels = [*(PER_ORG + m for m in measures), "topic_coverage", "perplexity", "macro_f1"]
     n_panels = len(pooled_panels) + len(org_panels) + 1
     ncols = 4
@@ -549,9 +562,7 @@ def _pooled_panels(
         for i, v in enumerate(values):
             ax.annotate("n/a" if v is None else f"{v:.3f}", (i, v or 0.0), ha="center", va="bottom", fontsize=7)
         ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_title(
-            f"{metric} (pooled, all organisations' texts)" if metric != "topic_diversity" else metric, fontsize=9
-        )
+        ax.set_title(f"{metric} (pooled, all organisations' texts)" if metric in POOLED_TEXT else metric, fontsize=9)
 
 
 def _organisation_panels(
