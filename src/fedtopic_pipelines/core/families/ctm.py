@@ -100,7 +100,7 @@ class ContextualFamily(ProdLDAFamily):
                 f"organisation '{name}' has no sentence embeddings: 'train.model.family' {self.name!r} "
                 "needs each document's embedding beside its bag of words"
             )
-        super().validate_data(name, data.bow)
+        super().validate_data(name, data.bow, config)
         if config is not None and data.embedding_size != config.model.embedding_size:  # type: ignore[union-attr]
             raise ValueError(
                 f"organisation '{name}' has sentence embeddings of size {data.embedding_size}, but "
