@@ -181,7 +181,8 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
     assert set(models) == expected
     for scores in models.values():
         assert np.isfinite(scores["perplexity"]) and scores["perplexity"] > 1
-        assert {"umass", "npmi", "diversity"} <= set(scores)
+        assert {"umass", "npmi", "diversity", "largest_topic_overlap", "inverted_rbo"} <= set(scores)
+        assert 0.0 <= scores["inverted_rbo"] <= 1.0
     spent = gaussian_privacy(0.25, 6, 1e-5)  # conf/base's sigma, the smoke run's 6 iterations
     assert models["federated"]["epsilon_rdp"] == pytest.approx(spent.epsilon_rdp, rel=1e-9)
     assert models["federated"]["epsilon_pld"] == pytest.approx(spent.epsilon_pld, rel=1e-9)

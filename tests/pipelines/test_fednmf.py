@@ -57,6 +57,7 @@ def test_every_method_at_every_number_of_topics_is_trained_and_scored(chain) -> 
     )
     assert all(0 <= v <= 1 for v in runs["macro_f1"]) and all(0 <= v <= 1 for v in runs["accuracy"])
     assert all(-1 <= v <= 1 for v in runs["we_coherence"]) and all(runs["we_coverage"] > 0.5)
+    assert runs["inverted_rbo"].between(0.0, 1.0).all() and (runs["largest_topic_overlap"] >= 0).all()
     assert sum(v is not None and math.isfinite(v) for v in runs["npmi"]) >= len(runs) // 2  # from the summed counts
     federated = runs[runs["method"].str.startswith("fed") & (runs["method"] != "fedlda")]
     assert (federated["bytes"] > 0).all() and (runs.loc[runs["method"] == "nmf_sgd", "bytes"] == 0).all()

@@ -48,7 +48,7 @@ from fedtopic_pipelines.core.federated.server import FederatedServer
 from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
 from fedtopic_pipelines.core.metrics.classification import svm_confusion, svm_scores
-from fedtopic_pipelines.core.metrics.topics import top_words
+from fedtopic_pipelines.core.metrics.topics import redundancy, top_words
 from fedtopic_pipelines.core.metrics.we_coherence import we_coherence
 from fedtopic_pipelines.core.seeds import derive_seed
 from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
@@ -173,6 +173,8 @@ def score(
         "we_coverage": coherence.coverage,
         "we_undefined_topics": float(coherence.undefined_topics),
     }
+    found = redundancy(words)
+    scores |= {"largest_topic_overlap": float(found.largest_overlap), "inverted_rbo": found.inverted_rbo}
     if doc_topics is not None:
         svm = svm_scores(doc_topics, labels, config.svm_test_size, config.svm_c, run.seed)
         scores["paper_pooled_macro_f1"] = None if svm is None else svm["macro_f1"]

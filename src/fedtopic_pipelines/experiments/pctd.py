@@ -44,7 +44,7 @@ from fedtopic_pipelines.core.metrics.coherence import (
     counts_to_dict,
     sum_counts,
 )
-from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
+from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
 from fedtopic_pipelines.core.models.pctd import SemanticUnits, completion_perplexity, halves, per_word_perplexity
 from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 from fedtopic_pipelines.core.seeds import derive_seed
@@ -191,6 +191,8 @@ def combine_scores(
             "npmi": coherence["c_npmi"][model.name].mean,
             "diversity": topic_diversity(top_words(model.topic_word, terms, run.diversity_words)),
         }
+        found = redundancy(words[model.name])
+        model.scores |= {"largest_topic_overlap": found.largest_overlap, "inverted_rbo": found.inverted_rbo}
 
 
 def _pctd_config(run: PCTDRunConfig, sigma: float | None = None, topics: int | None = None) -> TrainConfig:

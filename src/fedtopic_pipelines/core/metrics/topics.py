@@ -75,7 +75,13 @@ class Redundancy:
         }
 
 
-def redundancy(topics: Sequence[Sequence[str]], duplicate_at: int, p: float = 0.9) -> Redundancy:
+# Two topics sharing this many of their top words are a duplicate pair (``evaluate.duplicate_shared_words``)
+DUPLICATE_SHARED_WORDS = 5
+
+
+def redundancy(
+    topics: Sequence[Sequence[str]], duplicate_at: int = DUPLICATE_SHARED_WORDS, p: float = 0.9
+) -> Redundancy:
     """Largest pairwise top-word overlap, the pairs at or above ``duplicate_at`` shared words, and
     inverted RBO with persistence ``p`` (OCTIS's default 0.9) of equal-length topic lists."""
     if len(topics) < 2:
