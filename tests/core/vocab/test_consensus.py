@@ -140,6 +140,18 @@ def test_an_empty_vocabulary_error_gives_each_floor_a_value_that_keeps_terms(pro
         assert len(agree(**{**floors, name: value}).vocabulary) > 0
 
 
+def test_a_share_as_min_total_count_scales_with_the_summed_proposed_counts() -> None:
+    share = _agree(min_total_count=0.05)  # 5 % of the 151 proposed: 8
+    assert share.report["floors"]["min_total_count_as_count"] == 8
+    assert sorted(share.vocabulary["term"]) == ["common", "loud", "mine", "other"]
+    doubled = {org: {t: 2 * n for t, n in p.items()} for org, p in FLOOR_PROPOSALS.items()}
+    scaled = agree_on_vocabulary(doubled, ConsensusConfig(top_n=10, min_count=0, min_total_count=0.05))
+    assert scaled.report["floors"]["min_total_count_as_count"] == 16  # the same share of a corpus twice the size
+    assert scaled.vocabulary["term"].tolist() == share.vocabulary["term"].tolist()
+    with pytest.raises(EmptyVocabularyError, match=r"'vocab_consensus.min_total_count' = 0.9 \(136 of the summed"):
+        _agree(min_total_count=0.9)
+
+
 def test_the_report_says_what_the_floors_took_from_each_organisation() -> None:
     per_org = _agree(min_organisations=2).report["per_organisation"]
     assert per_org["a"] == {"proposed_terms": 4, "kept_terms": 2, "removed_terms": 2, "removed_proposed_count": 67}
@@ -148,7 +160,11 @@ def test_the_report_says_what_the_floors_took_from_each_organisation() -> None:
 
 @pytest.mark.parametrize(
     ("block", "where"),
-    [({"min_organisations": 0}, "vocab_consensus.min_organisations"), ({"min_total_count": -1}, "min_total_count")],
+    [
+        ({"min_organisations": 0}, "vocab_consensus.min_organisations"),
+        ({"min_total_count": -1}, "min_total_count"),
+        ({"min_total_count": 1.5}, "min_total_count"),
+    ],
 )
 def test_floor_parameters_are_validated(block, where) -> None:
     with pytest.raises(ConfigError, match=where):

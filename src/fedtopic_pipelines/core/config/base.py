@@ -140,6 +140,16 @@ def _count_or_share(value: Any) -> int | float:
 CountOrShare = Annotated[int | float, PlainValidator(_count_or_share)]  # scikit-learn's min_df convention
 
 
+def _count_share_or_off(value: Any) -> int | float:
+    """As :func:`_count_or_share`, or the integer 0: the floor is off."""
+    if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        return 0
+    return _count_or_share(value)
+
+
+CountShareOrOff = Annotated[int | float, PlainValidator(_count_share_or_off)]
+
+
 def check_distinct(values: tuple[Any, ...], path: str, noun: str = "value") -> None:
     """Refuse a list that names one of its values twice (``'<path>' repeats a <noun>: [...]``)."""
     if len(set(values)) != len(values):

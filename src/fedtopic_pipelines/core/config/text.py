@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedtopic_pipelines.core.config.base import ConfigModel, CountOrShare, NonNegativeInt, PositiveInt
+from fedtopic_pipelines.core.config.base import ConfigModel, CountOrShare, CountShareOrOff, NonNegativeInt, PositiveInt
 
 
 class PreprocessConfig(ConfigModel):
@@ -49,4 +49,4 @@ class ConsensusConfig(ConfigModel):
     # off (the defaults here, so a job or experiment written before them is unchanged);
     # conf/base sets the values measured on the demo.
     min_organisations: PositiveInt = 1
-    min_total_count: NonNegativeInt = 0
+    min_total_count: CountShareOrOff = 0  # a count, or a share of the summed proposed counts (0: off)

@@ -24,6 +24,7 @@ whole exchange in one process.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -101,6 +102,14 @@ class Consensus:
     report: dict[str, Any]
 
 
+def total_count_floor(setting: int | float, table: pd.DataFrame) -> int:
+    """``vocab_consensus.min_total_count`` as a count: itself, or (a float) that share of the merged
+    terms' summed proposed counts, rounded up, so that the floor scales with the corpus."""
+    if isinstance(setting, int):
+        return setting
+    return max(1, math.ceil(round(setting * int(table["frequency"].sum()), 9)))
+
+
 def apply_floors(table: pd.DataFrame, min_organisations: int, min_total_count: int) -> tuple[pd.DataFrame, dict]:
     """Keep the merged terms proposed by >= ``min_organisations`` organisations whose summed
     proposed count is >= ``min_total_count``; return them and what each floor removed.
@@ -166,20 +175,21 @@ def _largest_keeping(values: pd.Series, current: int) -> tuple[int, int] | None:
     return (value, int((ranked >= value).sum())) if value < current else None
 
 
-def floor_suggestions(merged: pd.DataFrame, passes: pd.Series, config: ConsensusConfig) -> list[str]:
+def floor_suggestions(merged: pd.DataFrame, passes: pd.Series, config: ConsensusConfig, least: int) -> list[str]:
     """For each floor, a value that keeps terms with the other floor and the privacy rule as they are,
-    computed from the merged counts: what an empty-vocabulary error proposes."""
+    computed from the merged counts: what an empty-vocabulary error proposes. ``least``: the
+    summed-count floor as a count (:func:`total_count_floor`)."""
     out = []
     by_count = merged.loc[passes & (merged["n_organisations"] >= config.min_organisations), "frequency"]
-    found = _largest_keeping(by_count, config.min_total_count)
+    found = _largest_keeping(by_count, least)
     if found:
         out.append(f"'vocab_consensus.min_total_count' = {found[0]} keeps {found[1]} terms")
-    by_orgs = merged.loc[passes & (merged["frequency"] >= config.min_total_count), "n_organisations"]
+    by_orgs = merged.loc[passes & (merged["frequency"] >= least), "n_organisations"]
     found = _largest_keeping(by_orgs, config.min_organisations)
     if found:
         out.append(f"'vocab_consensus.min_organisations' = {found[0]} keeps {found[1]} terms")
     if not out and passes.any():
-        both = _largest_keeping(merged.loc[passes, "frequency"], config.min_total_count + 1)
+        both = _largest_keeping(merged.loc[passes, "frequency"], least + 1)
         if both:
             out.append(
                 f"'vocab_consensus.min_organisations' = 1 with 'vocab_consensus.min_total_count' = {both[0]} "
@@ -201,16 +211,17 @@ def _refuse_empty(
     passes: pd.Series,
     config: ConsensusConfig,
     privacy: PrivacyConfig,
+    least: int,
 ) -> None:
     """Stop on an empty vocabulary, saying how many terms each floor and the privacy rule removed,
     and which value of each floor would keep terms."""
     if vocabulary.empty:
-        suggestions = floor_suggestions(merged, passes, config)
+        suggestions = floor_suggestions(merged, passes, config, least)
         raise EmptyVocabularyError(
             f"the floors removed all {len(merged)} terms of the {config.merge} of the organisations' vocabularies "
             f"({removed['min_organisations']['terms']} proposed by fewer than 'vocab_consensus.min_organisations' = "
             f"{config.min_organisations} organisations, {removed['min_total_count']['terms']} with a summed count "
-            f"below 'vocab_consensus.min_total_count' = {config.min_total_count}, "
+            f"below 'vocab_consensus.min_total_count' = {_floor_shown(config.min_total_count, least)}, "
             f"{int((~passes).sum())} held by fewer than 'privacy.vocab_k' = {privacy.vocab_k} organisations"
             + (
                 f" with a summed count below 'privacy.vocab_min_count' = {privacy.vocab_min_count}"
@@ -220,6 +231,10 @@ def _refuse_empty(
             + "); try "
             + "; or ".join(suggestions)
         )
+
+
+def _floor_shown(setting: int | float, least: int) -> str:
+    return str(setting) if isinstance(setting, int) else f"{setting} ({least} of the summed proposed counts)"
 
 
 def removed_per_organisation(proposals: Mapping[str, Mapping[str, int]], kept: set[str]) -> dict[str, dict[str, int]]:
@@ -250,7 +265,8 @@ def agree_on_vocabulary(
     privacy = privacy or PrivacyConfig()
     _refuse_unreachable(len(proposals), config, privacy)
     merged = merge_vocabularies(proposals, config.merge)
-    floored, removed = apply_floors(merged, config.min_organisations, config.min_total_count)
+    least = total_count_floor(config.min_total_count, merged)
+    floored, removed = apply_floors(merged, config.min_organisations, least)
     passes = privacy_mask(merged, privacy)
     kept_by_floors = merged["term"].isin(set(floored["term"]))
     vocabulary = merged.loc[passes & kept_by_floors].reset_index(drop=True)
@@ -265,7 +281,11 @@ def agree_on_vocabulary(
         "proposed_terms": {org: len(p) for org, p in proposals.items()},
         "merged_terms": len(merged),
         "merged_terms_by_organisations": {str(int(k)): int(v) for k, v in by_orgs.items()},
-        "floors": {"min_organisations": config.min_organisations, "min_total_count": config.min_total_count},
+        "floors": {
+            "min_organisations": config.min_organisations,
+            "min_total_count": config.min_total_count,
+            "min_total_count_as_count": least,
+        },
         "removed_by_floors": removed,
         "privacy": {
             "vocab_k": privacy.vocab_k,
@@ -280,7 +300,7 @@ def agree_on_vocabulary(
         "vocabulary_proposed_count": int(vocabulary["frequency"].sum()),
         "per_organisation": removed_per_organisation(proposals, set(vocabulary["term"])),
     }
-    _refuse_empty(vocabulary, merged, removed, passes, config, privacy)
+    _refuse_empty(vocabulary, merged, removed, passes, config, privacy, least)
     if removed["total"]["terms"] or not passes.all():
         logger.info(
             "vocabulary floors: %d of %d terms removed (%d by min_organisations = %d, %d by min_total_count = %d, "
@@ -290,7 +310,7 @@ def agree_on_vocabulary(
             removed["min_organisations"]["terms"],
             config.min_organisations,
             removed["min_total_count"]["terms"],
-            config.min_total_count,
+            least,
             int((~passes).sum()),
             privacy.vocab_k,
             int((~passes & kept_by_floors).sum()),
