@@ -35,8 +35,11 @@ class ProdLDAConfig(FamilyConfig):
     # same). Besides batch / layer / none: "centred" subtracts each word's mean over the topics
     # from beta's column (a word's background no longer lives in beta, as under BatchNorm, but
     # nothing depends on the batch); "standardised" also divides the column by its standard
-    # deviation over the topics (docs/batchnorm.md, section 7).
-    decoder_normalization: Literal["batch", "layer", "none", "centred", "standardised"] | None = None
+    # deviation over the topics; "+layer" then also normalises each document's logits as "layer"
+    # does (docs/batchnorm.md, section 7).
+    decoder_normalization: (
+        Literal["batch", "layer", "none", "centred", "standardised", "centred+layer", "standardised+layer"] | None
+    ) = None
     # A learned per-word offset added to the decoder's normalised logits (a background
     # log-frequency, as in Card et al.'s Scholar): frequent words no longer need a large
     # weight in every topic's row of beta. Without BatchNorm's per-word standardisation

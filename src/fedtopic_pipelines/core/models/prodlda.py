@@ -88,14 +88,16 @@ def _norm(kind: str, size: int) -> nn.Module:
     the decoder's ``centred`` and ``standardised`` act on beta instead (:func:`decoder_weight`)."""
     if kind == "batch":
         return RunningBatchNorm(size)
-    return DocumentNorm() if kind == "layer" else NoNorm()
+    return DocumentNorm() if kind.endswith("layer") else NoNorm()
 
 
 def decoder_weight(beta: torch.Tensor, kind: str) -> torch.Tensor:
     """The topic-word weights the decoder multiplies theta with. ``centred``: each word's column
     minus its mean over the topics, so a word's background cannot live in beta (BatchNorm removes
     it per batch; this removes it from the weights, batch-free); ``standardised``: also divided
-    by the column's standard deviation over the topics (docs/batchnorm.md, section 7)."""
+    by the column's standard deviation over the topics (docs/batchnorm.md, section 7). A
+    ``+layer`` suffix adds the document LayerNorm on the logits (:func:`_norm`)."""
+    kind = kind.removesuffix("+layer")
     if kind == "centred":
         return beta - beta.mean(dim=0, keepdim=True)
     if kind == "standardised":
