@@ -139,7 +139,7 @@ def test_without_word_bias_the_background_is_ignored() -> None:
     assert model.word_bias is None and "word_bias" not in model.state_dict()
 
 
-@pytest.mark.parametrize("decoder", ["centred", "standardised"])
+@pytest.mark.parametrize("decoder", ["centred", "standardised", "standardised+layer"])
 def test_topic_normalised_decoder_ignores_a_background_in_beta(decoder: str) -> None:
     """Under ``centred`` / ``standardised`` a constant added to a word's weight in every topic
     changes neither the documents' word distributions nor the topics: a word's background cannot
@@ -160,7 +160,7 @@ def test_topic_normalised_decoder_ignores_a_background_in_beta(decoder: str) -> 
     assert not torch.allclose(layer_before[1], layer_after[1], atol=1e-3)  # not vacuous
 
 
-@pytest.mark.parametrize("decoder", ["centred", "standardised"])
+@pytest.mark.parametrize("decoder", ["centred", "standardised", "centred+layer", "standardised+layer"])
 def test_topic_normalised_decoder_has_no_batch_coupling(decoder: str) -> None:
     config = ProdLDAConfig(
         n_topics=K, hidden_sizes=(16, 16), dropout=0.0, normalization="layer", decoder_normalization=decoder
