@@ -28,6 +28,12 @@ Every model is scored by the same evaluator:
 * training documents per CPU-second (``time.process_time`` around training, torch at
   ``--threads`` threads, 1 by default) and their ratio to the reference's in the same seed.
 
+Options for probing ours (docs/batchnorm.md, section 7): ``--set PATH=VALUE`` overrides any
+parameter of ours (the reference keeps the environment's batch size), ``--pooled-as-one`` gives
+ours the pooled corpus as one organisation (a step is one batch, the reference's protocol),
+``--scenarios`` picks ours (none: the reference alone). The reference's result is cached under
+``.cache/bench/reference`` by its settings and data.
+
 ``--smoke`` runs the same code on the smoke environment for 2 epochs and 1 seed; it uses the
 reference's venv only when it already exists, and says so loudly when it skips it.
 
