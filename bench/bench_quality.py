@@ -28,6 +28,12 @@ Every model is scored by the same evaluator:
 * training documents per CPU-second (``time.process_time`` around training, torch at
   ``--threads`` threads, 1 by default) and their ratio to the reference's in the same seed.
 
+Options for probing ours (docs/batchnorm.md, section 7): ``--set PATH=VALUE`` overrides any
+parameter of ours (the reference keeps the environment's batch size), ``--pooled-as-one`` gives
+ours the pooled corpus as one organisation (a step is one batch, the reference's protocol),
+``--scenarios`` picks ours (none: the reference alone). The reference's result is cached under
+``.cache/bench/reference`` by its settings and data.
+
 ``--smoke`` runs the same code on the smoke environment for 2 epochs and 1 seed; it uses the
 reference's venv only when it already exists, and says so loudly when it skips it.
 
@@ -88,6 +94,31 @@ def ctm_python(venv: Path, create: bool) -> Path | None:
     return python
 
 
+def cached_reference(
+    python: Path, train: sp.csr_matrix, test: sp.csr_matrix, settings: dict, timeout: float, embeddings=None
+) -> dict:
+    """:func:`run_reference`, its result kept under ``.cache/bench/reference`` by a hash of the
+    settings and the matrices (CPU time included: a cached row reports the first run's)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for matrix in (train.tocsr(), test.tocsr()):
+        for part in (matrix.data, matrix.indices, matrix.indptr):
+            digest.update(np.ascontiguousarray(part).tobytes())
+    if embeddings is not None:
+        for values in embeddings:
+            digest.update(np.ascontiguousarray(values).tobytes())
+    path = ROOT / ".cache" / "bench" / "reference" / f"{digest.hexdigest()[:20]}.npz"
+    if path.is_file():
+        logger.info("reference: cached result %s", path)
+        out = np.load(path)
+        return {k: out[k] for k in out.files}
+    result = run_reference(python, train, test, settings, timeout, embeddings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **result)
+    return result
+
+
 def run_reference(
     python: Path, train: sp.csr_matrix, test: sp.csr_matrix, settings: dict, timeout: float, embeddings=None
 ) -> dict:
@@ -128,16 +159,18 @@ def run_ours(
     test,
     family: str = "prodlda",
     normalization: str | None = None,
+    extra: dict | None = None,
 ) -> dict:
     """One of our scenarios through the pipelines' training entry point, with its CPU time; a
-    contextual family's ``test`` is (bag of words, embeddings)."""
+    contextual family's ``test`` is (bag of words, embeddings). ``extra``: ``--set`` overrides."""
     overrides = {"scenarios": [scenario], "max_steps": steps, "max_epochs": None, "seed": seed}
     overrides["model"] = {"family": family}
     if normalization is not None:
         overrides["model"]["normalization"] = normalization
     if family != "prodlda":
         overrides["model"]["embedding_size"] = int(test[1].shape[1])
-    _, project = project_config(env, {"train": {**overrides, "validation_fraction": 0.0}})
+    merged = deep_merge(extra or {}, {"train": {**overrides, "validation_fraction": 0.0}})
+    _, project = project_config(env, merged)
     cpu, wall = time.process_time(), time.perf_counter()
     trained = train_scenarios(matrices, project.train, progress=False, vocabulary=vocabulary)[scenario]
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -211,6 +244,30 @@ def pooled_npmi(topic_lists: list[list[str]], texts: list[list[str]]) -> list[fl
     return [float(x) for x in model.get_coherence_per_topic()]
 
 
+def deep_merge(base: dict, update: dict) -> dict:
+    """``update`` laid over ``base``, nested dictionaries merged key by key."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def parse_sets(items: list[str]) -> dict:
+    """``--set train.optimizer.lr=0.004`` (YAML values) as the nested overrides ``kedro run --params`` takes."""
+    import yaml
+
+    out: dict = {}
+    for item in items:
+        path, sep, raw = item.partition("=")
+        if not sep or not path:
+            raise SystemExit(f"--set {item!r}: expected a dotted parameter path, '=', a value")
+        nested: dict = yaml.safe_load(raw)
+        for key in reversed(path.split(".")):
+            nested = {key: nested}
+        out = deep_merge(out, nested)
+    return out
+
+
 def mean_std(values: list[float], digits: int = 3) -> str:
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -237,6 +294,23 @@ def main() -> None:
     parser.add_argument(
         "--normalization", choices=("batch", "layer", "none"), default=None, help="ours: train.model.normalization"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="ours: a parameter override, e.g. train.optimizer.lr=0.004 or train.batch_size=8 (repeatable; the "
+        "reference keeps the environment's batch size)",
+    )
+    parser.add_argument(
+        "--pooled-as-one",
+        action="store_true",
+        help="ours: the pooled training corpus as ONE organisation, so a step is one batch of train.batch_size "
+        "documents, the reference's protocol (centralized and federated then compute the same thing)",
+    )
+    parser.add_argument(
+        "--scenarios", nargs="*", choices=("centralized", "federated"), default=["centralized", "federated"]
+    )
     args = parser.parse_args()
     if args.smoke:
         args.env, args.epochs, args.seeds = "smoke", 2, 1
@@ -245,6 +319,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
     params, project = project_config(args.env)
+    extra = parse_sets(args.set)
+    reference_batch = project.train.batch_size
+    if extra:
+        _, project = project_config(args.env, extra)
     evaluate = from_mapping(EvaluateConfig, params["evaluate"], "evaluate")
     python = None if args.no_reference else ctm_python(args.ctm_venv, create=not args.smoke)
     if python is None:
@@ -262,6 +340,10 @@ def main() -> None:
         matrices, ours_test, reference_embeddings = contextual_inputs(params, project, bows, args.env)
     labels = np.concatenate([t.labels for t in tests])
     pooled_train = sp.vstack([getattr(m, "bow", m) for m in matrices.values()]).tocsr()
+    if args.pooled_as_one:
+        if args.family != "prodlda":
+            raise SystemExit("--pooled-as-one: ProdLDA only")
+        matrices = {"pooled": pooled_train}
     pooled_texts = [t for org in texts for t in texts[org]]
     train_config = project.train
     n_docs = pooled_train.shape[0]
@@ -277,7 +359,7 @@ def main() -> None:
         len(matrices) * train_config.batch_size,
     )
     warm = ours_test if args.family == "prodlda" else (ours_test[0][:2], ours_test[1][:2])
-    run_ours(matrices, vocabulary, args.env, "centralized", 2, 0, warm, args.family, args.normalization)  # warm-up
+    run_ours(matrices, vocabulary, args.env, "centralized", 2, 0, warm, args.family, args.normalization, extra)
     runs: dict[str, list[dict]] = {name: [] for name in systems}
     for seed in range(args.seeds):
         if python is not None:
@@ -285,17 +367,19 @@ def main() -> None:
                 "seed": seed,
                 "epochs": args.epochs,
                 "threads": args.threads,
-                "batch_size": train_config.batch_size,
+                "batch_size": reference_batch,
                 "n_topics": train_config.model.n_topics,
                 "hidden_sizes": list(train_config.model.hidden_sizes),
                 "family": args.family,
             }
             runs[reference_name].append(
-                run_reference(python, pooled_train, test, settings, timeout=7200, embeddings=reference_embeddings)
+                cached_reference(python, pooled_train, test, settings, timeout=7200, embeddings=reference_embeddings)
             )
             logger.info("seed %d: reference trained in %.1f CPU-s", seed, float(runs[reference_name][-1]["cpu_s"]))
         for name, scenario in zip(systems[1:], ("centralized", "federated"), strict=True):
-            model = (args.family, args.normalization)
+            if scenario not in args.scenarios:
+                continue
+            model = (args.family, args.normalization, extra)
             runs[name].append(run_ours(matrices, vocabulary, args.env, scenario, steps, seed, ours_test, *model))
             logger.info("seed %d: %s trained in %.1f CPU-s", seed, name, runs[name][-1]["cpu_s"])
     # one coherence count for every topic of every model
@@ -322,9 +406,13 @@ def main() -> None:
     print(
         f"demo corpus ({args.env or 'base'}): {len(matrices)} organisations, {n_docs} training / {test.shape[0]} test "
         f"documents (pooled), V = {len(terms)}, K = {train_config.model.n_topics}, {args.epochs} epochs "
-        f"(reference: batches of {train_config.batch_size}; ours: {steps} steps of "
+        f"(reference: batches of {reference_batch}; ours: {steps} steps of "
         f"{len(matrices) * train_config.batch_size}), {args.seeds} seed(s), mean ± std over seeds\n"
     )
+    if extra or args.pooled_as_one:
+        print(
+            f"ours: overrides {json.dumps(extra)}{', pooled corpus as one organisation' if args.pooled_as_one else ''}"
+        )
     header = (
         "system",
         "pooled NPMI",

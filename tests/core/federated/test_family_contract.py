@@ -87,7 +87,14 @@ CASES: dict[str, FamilyCase] = {
         preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
         consensus={"top_n": 50, "min_count": 0, "merge": "union"},
         concatenated=ConcatenatedStreams,
-        variants=({"normalization": "layer"}, {"normalization": "none"}, {"normalization": "layer", "word_bias": True}),
+        variants=(
+            {"normalization": "layer"},
+            {"normalization": "none"},
+            {"normalization": "layer", "word_bias": True},
+            {"normalization": "layer", "decoder_normalization": "centred", "word_bias": True},
+            {"normalization": "layer", "decoder_normalization": "standardised"},
+            {"normalization": "layer", "decoder_normalization": "batch"},
+        ),
     ),
     **{
         family: FamilyCase(

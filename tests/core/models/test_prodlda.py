@@ -137,3 +137,51 @@ def test_without_word_bias_the_background_is_ignored() -> None:
     model = ProdLDA.create(5, ProdLDAConfig(n_topics=2, hidden_sizes=(4,), normalization="layer"), 0)
     model.set_background(torch.ones(5).numpy())
     assert model.word_bias is None and "word_bias" not in model.state_dict()
+
+
+@pytest.mark.parametrize("decoder", ["centred", "standardised", "standardised+layer"])
+def test_topic_normalised_decoder_ignores_a_background_in_beta(decoder: str) -> None:
+    """Under ``centred`` / ``standardised`` a constant added to a word's weight in every topic
+    changes neither the documents' word distributions nor the topics: a word's background cannot
+    live in beta (under ``layer`` it does, which is what lowers topic diversity)."""
+
+    def outputs(kind: str, shift: float) -> tuple[torch.Tensor, torch.Tensor]:
+        config = ProdLDAConfig(n_topics=K, hidden_sizes=(16,), normalization="layer", decoder_normalization=kind)
+        model = ProdLDA.create(V, config, seed=3).eval()
+        with torch.no_grad():
+            model.beta += shift * torch.linspace(-3.0, 3.0, V)  # one offset per word, the same in every topic
+        return model.decode(
+            torch.softmax(torch.randn(4, K, generator=torch.Generator().manual_seed(0)), 1), None
+        ), model.topic_word()
+
+    for before, after in zip(outputs(decoder, 0.0), outputs(decoder, 1.0), strict=True):
+        torch.testing.assert_close(before, after)
+    layer_before, layer_after = outputs("layer", 0.0), outputs("layer", 1.0)
+    assert not torch.allclose(layer_before[1], layer_after[1], atol=1e-3)  # not vacuous
+
+
+@pytest.mark.parametrize("decoder", ["centred", "standardised", "centred+layer", "standardised+layer"])
+def test_topic_normalised_decoder_has_no_batch_coupling(decoder: str) -> None:
+    config = ProdLDAConfig(
+        n_topics=K, hidden_sizes=(16, 16), dropout=0.0, normalization="layer", decoder_normalization=decoder
+    )
+    model = ProdLDA.create(V, config, seed=3).train()
+    bow = _bow(8)
+    _, words = _encode_decode(model, bow)
+    for rows in ([0, 1, 2], [5]):
+        torch.testing.assert_close(_encode_decode(model, bow[rows])[1], words[rows])
+    assert not config.batch_coupled() and model.statistics_shapes() == {}
+
+
+def test_batch_norm_on_the_decoder_only() -> None:
+    """``decoder_normalization: batch`` with a LayerNorm encoder: only the decoder keeps (and
+    returns) batch statistics, the encoder keeps its biases, and the model is batch-coupled."""
+    config = ProdLDAConfig(n_topics=K, hidden_sizes=(16,), normalization="layer", decoder_normalization="batch")
+    model = ProdLDA.create(V, config, seed=3)
+    assert config.batch_coupled()
+    assert set(model.statistics_shapes()) == {"beta_bn.mean", "beta_bn.var"}
+    assert model.f_mu.bias is not None
+    out = model.train().loss_on_batch(_bow(8), torch.Generator().manual_seed(1))
+    assert set(out.statistics) == {"beta_bn.mean", "beta_bn.var"}
+    with pytest.raises(ValueError, match="at least 2 documents"):
+        model.loss_on_batch(_bow(1), torch.Generator().manual_seed(1))

@@ -31,14 +31,28 @@ class ProdLDAConfig(FamilyConfig):
     # LayerNorm over each document's units: no batch coupling, so federated = pooled on any
     # batch grouping) or "none".
     normalization: Literal["batch", "layer", "none"] = "batch"
+    # The decoder's own normalisation, when it should differ from ``normalization`` (None: the
+    # same). Besides batch / layer / none: "centred" subtracts each word's mean over the topics
+    # from beta's column (a word's background no longer lives in beta, as under BatchNorm, but
+    # nothing depends on the batch); "standardised" also divides the column by its standard
+    # deviation over the topics; "+layer" then also normalises each document's logits as "layer"
+    # does (docs/batchnorm.md, section 7).
+    decoder_normalization: (
+        Literal["batch", "layer", "none", "centred", "standardised", "centred+layer", "standardised+layer"] | None
+    ) = None
     # A learned per-word offset added to the decoder's normalised logits (a background
     # log-frequency, as in Card et al.'s Scholar): frequent words no longer need a large
     # weight in every topic's row of beta. Without BatchNorm's per-word standardisation
     # they otherwise fill every topic's top words (docs/batchnorm.md, section 6).
     word_bias: bool = False
 
+    @property
+    def decoder(self) -> str:
+        """The decoder's normalisation (``decoder_normalization``, else ``normalization``)."""
+        return self.decoder_normalization or self.normalization
+
     def batch_coupled(self) -> bool:
-        return self.normalization == "batch"
+        return "batch" in (self.normalization, self.decoder)
 
 
 class CombinedTMConfig(ProdLDAConfig):

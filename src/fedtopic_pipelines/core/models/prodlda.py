@@ -84,10 +84,25 @@ NORM_LAYERS = ("mu_bn", "sigma_bn", "beta_bn")
 
 
 def _norm(kind: str, size: int) -> nn.Module:
-    """The normalisation layer ``train.model.normalization`` names (docs/batchnorm.md, section 5)."""
+    """The normalisation layer ``train.model.normalization`` names (docs/batchnorm.md, section 5);
+    the decoder's ``centred`` and ``standardised`` act on beta instead (:func:`decoder_weight`)."""
     if kind == "batch":
         return RunningBatchNorm(size)
-    return DocumentNorm() if kind == "layer" else NoNorm()
+    return DocumentNorm() if kind.endswith("layer") else NoNorm()
+
+
+def decoder_weight(beta: torch.Tensor, kind: str) -> torch.Tensor:
+    """The topic-word weights the decoder multiplies theta with. ``centred``: each word's column
+    minus its mean over the topics, so a word's background cannot live in beta (BatchNorm removes
+    it per batch; this removes it from the weights, batch-free); ``standardised``: also divided
+    by the column's standard deviation over the topics (docs/batchnorm.md, section 7). A
+    ``+layer`` suffix adds the document LayerNorm on the logits (:func:`_norm`)."""
+    kind = kind.removesuffix("+layer")
+    if kind == "centred":
+        return beta - beta.mean(dim=0, keepdim=True)
+    if kind == "standardised":
+        return F.layer_norm(beta.t(), beta.shape[:1]).t()
+    return beta
 
 
 @dataclass
@@ -159,14 +174,14 @@ class ProdLDA(nn.Module):
         # (CTM keeps the bias; the function computed is the same). See docs/batchnorm.md.
         # LayerNorm removes only a bias shared by all units, so there (and without
         # normalisation) the per-topic bias is a real parameter and is kept.
-        bias = config.normalization != "batch"
+        bias = config.normalization != "batch"  # the encoder's normalisation
         self.f_mu = nn.Linear(sizes[-1], k, bias=bias)
         self.f_sigma = nn.Linear(sizes[-1], k, bias=bias)
         # affine=False as in CTM: a learned scale would let the encoder undo the
         # normalisation and collapse the posterior.
         self.mu_bn = _norm(config.normalization, k)
         self.sigma_bn = _norm(config.normalization, k)
-        self.beta_bn = _norm(config.normalization, vocab_size)
+        self.beta_bn = _norm(config.decoder, vocab_size)
         # The prior mean stays at 0, its optimum: affine-free BN makes the batch mean of
         # mu exactly 0, so d(loss)/d(prior_mean) = prior_mean / prior_var carries no data
         # and Adam would only make it oscillate on rounding noise (docs/batchnorm.md).
@@ -235,7 +250,7 @@ class ProdLDA(nn.Module):
 
     def decode(self, theta: torch.Tensor, stats: dict[str, torch.Tensor] | None) -> torch.Tensor:
         """Word distribution of each document: softmax(BN(theta @ beta) [+ word_bias])."""
-        logits = self.beta_bn(theta @ self.beta, stats, "beta_bn")
+        logits = self.beta_bn(theta @ decoder_weight(self.beta, self.config.decoder), stats, "beta_bn")
         if self.word_bias is not None:
             logits = logits + self.word_bias
         return F.softmax(logits, dim=1)
@@ -252,7 +267,7 @@ class ProdLDA(nn.Module):
         """Mean negative ELBO of a training batch (dropout and noise drawn from ``generator``)."""
         bow = self._cast(bow)
         n = self._bow(bow).shape[0]
-        if n < 2 and self.config.normalization == "batch":
+        if n < 2 and self.config.batch_coupled():
             raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
         stats: dict[str, torch.Tensor] = {}
         rl, kl = self._negative_elbo(bow, generator, stats)
@@ -371,5 +386,6 @@ class ProdLDA(nn.Module):
 
     @torch.no_grad()
     def topic_word(self) -> torch.Tensor:
-        """Topic-word distributions: softmax of each row of beta (K x V)."""
-        return F.softmax(self.beta, dim=1)
+        """Topic-word distributions: softmax of each row of the decoder's weights (K x V): beta,
+        or its column-centred / standardised form, which the decoder uses."""
+        return F.softmax(decoder_weight(self.beta, self.config.decoder), dim=1)
