@@ -122,6 +122,9 @@ def test_a_nested_blocks_own_checks_keep_other_blocks_names() -> None:
     rule = r"'synthetic.train.aggregation.rule' is 'fedavg' with 'synthetic.train.model.normalization: batch'"
     with pytest.raises(ConfigError, match=rule):
         from_mapping(SyntheticExperimentConfig, raw, "synthetic")
+    decoder = {"normalization": "layer", "decoder_normalization": "batch"}
+    with pytest.raises(ConfigError, match=r"with 'train.model.decoder_normalization: batch'"):
+        from_mapping(TrainConfig, {"model": decoder, "aggregation": {"rule": "fedavg"}}, "train")
 
 
 def test_direct_construction_is_validated_too() -> None:

@@ -22,3 +22,7 @@ class FamilyConfig(ConfigModel):
         """Whether a document's forward pass reads its batch's other documents (BatchNorm): then
         neither local epochs nor DP can treat a batch's statistics as the accountant would."""
         return False
+
+    def batch_setting(self) -> str:
+        """The setting that couples a batch's documents, for messages (``batch_coupled``)."""
+        return "the model's batch normalisation"

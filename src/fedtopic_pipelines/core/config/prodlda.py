@@ -54,6 +54,10 @@ class ProdLDAConfig(FamilyConfig):
     def batch_coupled(self) -> bool:
         return "batch" in (self.normalization, self.decoder)
 
+    def batch_setting(self) -> str:
+        which = "normalization" if self.normalization == "batch" else "decoder_normalization"
+        return f"'train.model.{which}: batch'"
+
 
 class CombinedTMConfig(ProdLDAConfig):
     """CombinedTM (Bianchi et al., 2021): ProdLDA whose encoder reads the bag of words

@@ -91,7 +91,7 @@ class TrainConfig(ConfigModel):
             raise ValueError(refusal)
         if rule in WEIGHT_RULES and self.model.batch_coupled():
             raise ValueError(
-                f"'train.aggregation.rule' is {rule!r} with 'train.model.normalization: batch': BatchNorm's "
+                f"'train.aggregation.rule' is {rule!r} with {self.model.batch_setting()}: BatchNorm's "
                 "running statistics have no defined average over local epochs here; use 'layer' or 'none'"
             )
         if rule in WEIGHT_RULES and self.optimizer.name == "sparse_adam":
@@ -122,7 +122,7 @@ class TrainConfig(ConfigModel):
             raise ValueError(refusal)
         if privacy.dp.on and self.model.batch_coupled():
             raise ValueError(
-                "'privacy.dp' is on with 'train.model.normalization: batch': each organisation would also send its "
+                f"'privacy.dp' is on with {self.model.batch_setting()}: each organisation would also send its "
                 "batch's BatchNorm means and variances, in the clear and outside what the accountant bounds; use "
                 "normalization layer or none (docs/privacy.md)"
             )
