@@ -63,7 +63,7 @@ from common import ROOT, demo_corpus, project_config
 
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
-from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
+from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
 from fedtopic_pipelines.core.training import train_scenarios
 
 logger = logging.getLogger("bench")
@@ -395,6 +395,8 @@ def main() -> None:
         run["npmi"] = float(np.mean(per_topic[start : start + len(topics)]))
         start += len(topics)
         run["diversity"] = topic_diversity(top_words(run["topic_word"], terms, evaluate.diversity_top_words))
+        found = redundancy(topics, evaluate.duplicate_shared_words, evaluate.rbo_weight)
+        run["largest_overlap"], run["inverted_rbo"] = found.largest_overlap, found.inverted_rbo
         run["macro_f1"] = svm_macro_f1(run["test_theta"], labels, evaluate.svm_test_size, evaluate.svm_c, evaluate.seed)
         run["docs_per_cpu_s"] = float(run["documents"]) / float(run["cpu_s"])
         run["topics"] = [" ".join(t) for t in topics]
@@ -417,16 +419,18 @@ def main() -> None:
         "system",
         "pooled NPMI",
         "topic diversity",
+        "largest topic overlap",
+        "inverted RBO",
         "macro-F1 (pooled test)",
         "training CPU s",
         "documents / CPU-s",
     )
     print("| " + " | ".join(header) + " | vs reference |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * (len(header) + 1) + "|")
     reference = runs[reference_name]
     for name in systems:
         if not runs[name]:
-            print(f"| {name} | skipped | | | | | |")
+            print(f"| {name} | skipped" + " |" * len(header))
             continue
         rs = runs[name]
         ratio = (
@@ -438,11 +442,13 @@ def main() -> None:
         f1 = [r["macro_f1"] for r in rs if r["macro_f1"] is not None]
         print(
             f"| {name} | {mean_std([r['npmi'] for r in rs])} | {mean_std([r['diversity'] for r in rs])} | "
+            f"{mean_std([float(r['largest_overlap']) for r in rs], 1)} | {mean_std([r['inverted_rbo'] for r in rs])} | "
             f"{mean_std(f1) if f1 else '-'} | {mean_std([float(r['cpu_s']) for r in rs], 1)} | "
             f"{mean_std([r['docs_per_cpu_s'] for r in rs], 0)} | {ratio} |"
         )
     if args.json:
-        keep = ("npmi", "diversity", "macro_f1", "cpu_s", "wall_s", "documents", "docs_per_cpu_s", "topics")
+        keep = ("npmi", "diversity", "largest_overlap", "inverted_rbo", "macro_f1", "cpu_s", "wall_s", "documents")
+        keep += ("docs_per_cpu_s", "topics")
         out = {
             name: [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items() if k in keep} for r in rs]
             for name, rs in runs.items()

@@ -69,6 +69,7 @@ def test_bench_quality_smoke() -> None:
     assert DEMO_WHEEL.is_file(), "run 'make install' first"
     out = run_bench("bench_quality.py", "--smoke")
     assert "| ours, centralized |" in out and "| ours, federated (5 organisations) |" in out
+    assert "| largest topic overlap | inverted RBO |" in out
     reference = next(line for line in out.splitlines() if line.startswith("| CTM 2.6.1 ProdLDA (reference) |"))
     assert "| skipped |" in reference or reference.endswith("| 1.00x |"), reference
 
