@@ -25,6 +25,10 @@ def test_duplicate_topics_name_the_pair_its_words_and_the_topic_count_to_try() -
     (warning,) = model_warnings("centralized", topics, redundancy(topics, duplicate_at=2), 100, {}, PARAMETER)
     assert warning.kind == "duplicate_topics" and warning.parameter == PARAMETER and warning.value_to_try == 2
     assert "topics 0 and 1, share 2 (a b)" in warning.message and "'train.model.n_topics' = 2" in warning.message
+    # the threshold is said, not the smallest overlap found: two pairs sharing 3 at a threshold of 2
+    triple = [["a", "b", "c"], ["a", "b", "c"], ["x", "y", "z"]]
+    (same,) = model_warnings("federated", triple, redundancy(triple, duplicate_at=2), 100, {}, PARAMETER)
+    assert "1 pair(s) of topics share 2 or more" in same.message
 
 
 def test_a_vocabulary_too_small_for_distinct_top_words_suggests_a_topic_count_and_the_floors() -> None:

@@ -75,7 +75,7 @@ def model_warnings(
             QualityWarning(
                 model,
                 "duplicate_topics",
-                f"{len(found.duplicate_pairs)} pair(s) of topics share {min(s for *_, s in found.duplicate_pairs)} "
+                f"{len(found.duplicate_pairs)} pair(s) of topics share {found.duplicate_at} "
                 f"or more of their top {n} words; the closest, topics {i} and {j}, share {found.largest_overlap} "
                 f"({' '.join(found.shared)}). Merged, they leave {distinct} distinct topics: try "
                 f"'{n_topics_parameter}' = {distinct}",

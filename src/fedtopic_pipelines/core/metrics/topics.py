@@ -48,6 +48,10 @@ def rbo_ext(first: Sequence[str], second: Sequence[str], p: float) -> float:
     return shared / k * p**k + (1.0 - p) / p * total
 
 
+# Two topics sharing this many of their top words are a duplicate pair (``evaluate.duplicate_shared_words``)
+DUPLICATE_SHARED_WORDS = 5
+
+
 @dataclass(frozen=True)
 class Redundancy:
     """How far a model's topics repeat each other, from their top-n word lists.
@@ -64,6 +68,7 @@ class Redundancy:
     shared: tuple[str, ...]
     duplicate_pairs: tuple[tuple[int, int, int], ...]
     inverted_rbo: float
+    duplicate_at: int = DUPLICATE_SHARED_WORDS
 
     def as_dict(self) -> dict[str, object]:
         """The JSON form metrics.json carries."""
@@ -73,10 +78,6 @@ class Redundancy:
             "duplicate_topic_pairs": len(self.duplicate_pairs),
             "inverted_rbo": self.inverted_rbo,
         }
-
-
-# Two topics sharing this many of their top words are a duplicate pair (``evaluate.duplicate_shared_words``)
-DUPLICATE_SHARED_WORDS = 5
 
 
 def redundancy(
@@ -98,4 +99,4 @@ def redundancy(
         rbos.append(rbo_ext(topics[i], topics[j], p))
     i, j = best[1]
     shared = tuple(w for w in topics[i] if w in set(topics[j]))
-    return Redundancy(best[0], (i, j), shared, tuple(duplicates), 1.0 - float(np.mean(rbos)))
+    return Redundancy(best[0], (i, j), shared, tuple(duplicates), 1.0 - float(np.mean(rbos)), duplicate_at)
