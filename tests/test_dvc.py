@@ -6,6 +6,7 @@ worker at a time) share the long end-to-end runs."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +28,10 @@ def test_dvc_repro_runs_everything_then_nothing_then_only_train_and_evaluate(tmp
     second = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
     assert "Running stage" not in second.stdout
     params = project / "conf/base/parameters_train.yml"
-    params.write_text(params.read_text().replace("lr: 0.002", "lr: 0.003"))
+    before = params.read_text()
+    changed = re.sub(r"(?m)^(    lr: )[0-9.]+", r"\g<1>0.00123", before, count=1)
+    assert changed != before  # the learning rate really changed: whatever the shipped value is
+    params.write_text(changed)
     third = _run([dvc, "repro"], project, KEDRO_ENV="smoke")
     ran = {
         s

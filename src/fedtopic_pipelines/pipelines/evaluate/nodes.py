@@ -288,13 +288,16 @@ def summarise(
         "lineage": lineage,
     }
     headline = headline_metrics(scenarios)
-    for scenario, row in headline.items():
+    for scenario, values in scenarios.items():
+        if "topic_diversity" not in values:  # non_collaborative_on_others: per-organisation metrics only
+            continue
         logger.info(
-            "%s: pooled NPMI %s, topic diversity %s, largest topic overlap %s of %d top words, inverted RBO %s",
+            "%s: pooled %s %s, topic diversity %s, largest topic overlap %s of %d top words, inverted RBO %s",
             scenario,
-            *(_shown(row.get(m)) for m in ("c_npmi", "topic_diversity", "largest_topic_overlap")),
+            measures[0],
+            *(_shown(values[m]["value"]) for m in (measures[0], "topic_diversity", "largest_topic_overlap")),
             config.top_words,
-            _shown(row.get("inverted_rbo")),
+            _shown(values["inverted_rbo"]["value"]),
         )
     return (
         metrics,
@@ -461,8 +464,10 @@ def headline_metrics(scenarios: Mapping[str, Any]) -> dict[str, dict[str, float 
         if scenario not in scenarios:
             continue
         values = scenarios[scenario]
-        row: dict[str, float | int | None] = {
-            m: v["value"] for m, v in values.items() if v["kind"] not in ("mean", "mean_over_subset")
+        row: dict[str, float | int | None] = {  # redundancy: in metrics.json, MLflow and the log (a narrow table)
+            m: v["value"]
+            for m, v in values.items()
+            if v["kind"] not in ("mean", "mean_over_subset") and m not in REDUNDANCY
         }
         for m in ("perplexity", "macro_f1"):
             row[f"{m}_mean"] = values[m]["value"]
