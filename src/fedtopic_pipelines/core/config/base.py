@@ -3,6 +3,7 @@ full dotted path, the constrained types the blocks share, and the checks several
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
@@ -138,6 +139,14 @@ def _count_or_share(value: Any) -> int | float:
 
 
 CountOrShare = Annotated[int | float, PlainValidator(_count_or_share)]  # scikit-learn's min_df convention
+
+
+def count_from(setting: int | float, total: int) -> int:
+    """A :data:`CountOrShare` setting as a count of ``total``: an int itself, a float that share of
+    ``total`` rounded up, at least 1 (rounded first: 0.07 * 100 is 7.000000000000001)."""
+    if isinstance(setting, int):
+        return setting
+    return max(1, math.ceil(round(setting * total, 9)))
 
 
 def _count_share_or_off(value: Any) -> int | float:

@@ -23,7 +23,7 @@ import math
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import EvaluateConfig, PreprocessConfig, TrainConfig
+from fedtopic_pipelines.core.config import EvaluateConfig, PreprocessConfig, TrainConfig, count_from
 from fedtopic_pipelines.core.seeds import hold_out_one  # the rule training applies
 from fedtopic_pipelines.core.shards import (
     ShardedTable,
@@ -75,14 +75,25 @@ def tokenize_chunk(item: Chunk) -> tuple[int, list[list[str]], list[str]]:
 def document_frequency_window(config: PreprocessConfig, n_train: int) -> tuple[int, float]:
     """The fewest and most training documents of an organisation of ``n_train`` that a term may
     occur in: ``min_df`` as a count, or a share rounded up (at least 1); ``max_df`` a share."""
-    if isinstance(config.min_df, int):
-        return config.min_df, config.max_df * n_train
-    # rounded first: 0.07 * 100 is 7.000000000000001, which would ask for 8 documents
-    return max(1, math.ceil(round(config.min_df * n_train, 9))), config.max_df * n_train
+    return count_from(config.min_df, n_train), config.max_df * n_train
 
 
-# What a suggested min_df aims for: at least this many of the organisation's terms (or all of them).
+# What a floor suggested in a stop's message aims for: at least this many terms (20 topics of 25
+# distinct top words, the demo's model), or every term the other rules keep when they keep fewer.
 SUGGESTED_TERMS = 500
+
+
+def largest_floor(values: Iterable[int], below: int | None = None) -> tuple[int, int] | None:
+    """The largest floor on ``values`` (a term's document frequency, or its summed count) that keeps
+    min(SUGGESTED_TERMS, all) of them, and how many it keeps; None when there are no values, or
+    when that floor is not below ``below`` (the current one)."""
+    ranked = sorted(values, reverse=True)
+    if not ranked:
+        return None
+    value = ranked[min(SUGGESTED_TERMS, len(ranked)) - 1]
+    if below is not None and value >= below:
+        return None
+    return value, sum(v >= value for v in ranked)
 
 
 def document_frequency_suggestion(df: Counter[str], config: PreprocessConfig, n_train: int) -> str:
@@ -94,12 +105,11 @@ def document_frequency_suggestion(df: Counter[str], config: PreprocessConfig, n_
             "shorter than 'preprocess.min_token_length' or not alphabetic ('preprocess.alphabetic_only')"
         )
     _, most = document_frequency_window(config, n_train)
-    inside = sorted((n for n in df.values() if n <= most), reverse=True)
-    if not inside:
+    found = largest_floor(n for n in df.values() if n <= most)
+    if found is None:
         share = min(1.0, math.ceil(20 * min(df.values()) / n_train) / 20)
         return f"'preprocess.max_df' = {share:g}: every term is in more than {most:g} of its documents"
-    value = inside[min(SUGGESTED_TERMS, len(inside)) - 1]
-    kept = sum(n >= value for n in inside)
+    value, kept = found
     return f"'preprocess.min_df' = {value} (or the share {value / n_train:.3g}), which keeps {kept} terms"
 
 
@@ -210,8 +220,7 @@ class RepeatedLines:
             for text in frame.loc[frame["split"] == "train", "text"].astype(str):
                 n_train += 1
                 seen.update({k for k in map(_line_key, text.splitlines()) if k is not None})
-        least = setting if isinstance(setting, int) else math.ceil(round(setting * n_train, 9))
-        threshold = max(2, least)
+        threshold = max(2, count_from(setting, n_train))
         return cls(frozenset(k for k, n in seen.items() if n >= threshold), threshold)
 
     def strip(self, text: str) -> str:

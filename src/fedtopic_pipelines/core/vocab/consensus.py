@@ -24,7 +24,6 @@ whole exchange in one process.
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,8 +33,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from fedtopic_pipelines.core.config import ConsensusConfig, PrivacyConfig
+from fedtopic_pipelines.core.config import ConsensusConfig, PrivacyConfig, count_from
 from fedtopic_pipelines.core.lineage import TokensHasher, vocabulary_fingerprint
+from fedtopic_pipelines.core.text.preprocess import largest_floor
 from fedtopic_pipelines.core.vocab.privacy import (
     VocabularyPrivacyError,
     check_reveal,
@@ -105,9 +105,7 @@ class Consensus:
 def total_count_floor(setting: int | float, table: pd.DataFrame) -> int:
     """``vocab_consensus.min_total_count`` as a count: itself, or (a float) that share of the merged
     terms' summed proposed counts, rounded up, so that the floor scales with the corpus."""
-    if isinstance(setting, int):
-        return setting
-    return max(1, math.ceil(round(setting * int(table["frequency"].sum()), 9)))
+    return setting if isinstance(setting, int) else count_from(setting, int(table["frequency"].sum()))
 
 
 def apply_floors(table: pd.DataFrame, min_organisations: int, min_total_count: int) -> tuple[pd.DataFrame, dict]:
@@ -160,36 +158,21 @@ def _refuse_unreachable(organisations: int, config: ConsensusConfig, privacy: Pr
         )
 
 
-# What the suggestions in an empty-vocabulary error aim for: at least this many terms (20 topics of 25
-# distinct top words, the demo's model), or every term the other rules keep when they keep fewer.
-SUGGESTED_TERMS = 500
-
-
-def _largest_keeping(values: pd.Series, current: int) -> tuple[int, int] | None:
-    """The largest floor on ``values`` (below ``current``) that keeps min(SUGGESTED_TERMS, all) of
-    them, and how many it keeps; None when no lower value keeps a term."""
-    if values.empty:
-        return None
-    ranked = values.sort_values(ascending=False, ignore_index=True)
-    value = int(ranked.iloc[min(SUGGESTED_TERMS, len(ranked)) - 1])
-    return (value, int((ranked >= value).sum())) if value < current else None
-
-
 def floor_suggestions(merged: pd.DataFrame, passes: pd.Series, config: ConsensusConfig, least: int) -> list[str]:
     """For each floor, a value that keeps terms with the other floor and the privacy rule as they are,
     computed from the merged counts: what an empty-vocabulary error proposes. ``least``: the
     summed-count floor as a count (:func:`total_count_floor`)."""
     out = []
     by_count = merged.loc[passes & (merged["n_organisations"] >= config.min_organisations), "frequency"]
-    found = _largest_keeping(by_count, least)
+    found = largest_floor(by_count, least)
     if found:
         out.append(f"'vocab_consensus.min_total_count' = {found[0]} keeps {found[1]} terms")
     by_orgs = merged.loc[passes & (merged["frequency"] >= least), "n_organisations"]
-    found = _largest_keeping(by_orgs, config.min_organisations)
+    found = largest_floor(by_orgs, config.min_organisations)
     if found:
         out.append(f"'vocab_consensus.min_organisations' = {found[0]} keeps {found[1]} terms")
     if not out and passes.any():
-        both = _largest_keeping(merged.loc[passes, "frequency"], least + 1)
+        both = largest_floor(merged.loc[passes, "frequency"], least + 1)
         if both:
             out.append(
                 f"'vocab_consensus.min_organisations' = 1 with 'vocab_consensus.min_total_count' = {both[0]} "
