@@ -1,0 +1,191 @@
+"""Vocabulary floors and training length on small corpora: what the defaults give, what works.
+
+Reads each organisation's raw documents as ingested by a `kedro run --env=<env>` (the folders
+of data/01_raw/organisations/, copied aside with ``--raw``), then goes through the same site
+steps as the pipelines (preprocess, propose, the keyed vocabulary exchange under the
+environment's ``privacy`` block, vectorise) with parameter overrides:
+
+* ``vocab``: per setting, the common vocabulary's size, what the floors removed, the smallest
+  organisation's vocabulary tokens; no training.
+* ``curve``: per setting, trains the federated and centralized scenarios exactly as `kedro run`
+  does (run_federation) and scores the model every ``--every`` pooled passes: pooled NPMI
+  (gensim c_npmi, top 10, on the pooled preprocessed training texts), topic diversity (top 25),
+  duplicate topic pairs (top 10 sharing >= 5 words), largest overlap, inverted RBO.
+
+A setting is ``key=value`` pairs, comma-separated: ``min_df`` (an int or a share), ``max_df``,
+``top_n``, ``min_count``, ``min_total_count``, ``min_organisations``, ``vocab_k``, ``batch``.
+
+    python bench/make_small_corpora.py
+    python bench/bench_small_corpora.py vocab --env news500 --raw runs/news500_raw \
+        --settings "" "min_df=2,min_count=2,min_total_count=10"
+    python bench/bench_small_corpora.py curve --env news500 --raw runs/news500_raw \
+        --settings "min_df=2" --passes 320 --every 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from common import ROOT, project_config
+from gensim.corpora import Dictionary
+from gensim.models.coherencemodel import CoherenceModel
+
+from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
+
+logger = logging.getLogger("bench.small_corpora")
+KEYS = {
+    "min_df": ("preprocess", "min_df"),
+    "max_df": ("preprocess", "max_df"),
+    "top_n": ("vocab_consensus", "top_n"),
+    "min_count": ("vocab_consensus", "min_count"),
+    "min_total_count": ("vocab_consensus", "min_total_count"),
+    "min_organisations": ("vocab_consensus", "min_organisations"),
+    "vocab_k": ("privacy", "vocab_k"),
+    "batch": ("train", "batch_size"),
+}
+
+
+def overrides(setting: str) -> dict[str, dict[str, Any]]:
+    """``'min_df=2,top_n=500'`` -> ``{"preprocess": {"min_df": 2}, "vocab_consensus": {"top_n": 500}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in filter(None, setting.split(",")):
+        key, value = item.split("=", 1)
+        block, name = KEYS[key.strip()]
+        out.setdefault(block, {})[name] = yaml.safe_load(value)
+    return out
+
+
+def site_steps(env: str, raw: Path, setting: str):
+    """The chain's site steps with the setting's overrides: vocabulary, bags of words, texts, config."""
+    from fedtopic_pipelines.core.site import read_raw, run_sites
+
+    params, project = project_config(env, overrides(setting))
+    tables = {org: read_raw(raw / org) for org in params["organisations"]}
+    logging.getLogger("fedtopic_pipelines").setLevel(logging.ERROR)
+    vocabulary, bows, texts = run_sites(
+        tables, project.preprocess, project.consensus, True, project.blocks.get("privacy")
+    )
+    return vocabulary, bows, texts, params, project
+
+
+def vocab_row(env: str, raw: Path, setting: str) -> dict[str, Any]:
+    """The vocabulary a setting gives, and the training tokens it leaves each organisation."""
+    try:
+        vocabulary, bows, texts, _, _ = site_steps(env, raw, setting)
+    except Exception as error:  # a stop is a result here: its message is recorded
+        return {"setting": setting or "default", "error": f"{type(error).__name__}: {error}"[:600]}
+    train = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    return {
+        "setting": setting or "default",
+        "terms": len(vocabulary),
+        "training_docs": {org: m.shape[0] for org, m in train.items()},
+        "vocab_tokens": {org: int(m.sum()) for org, m in train.items()},
+        "all_tokens": {org: sum(len(t) for t in texts[org]) for org in texts},
+    }
+
+
+class Scores:
+    """Observer: every ``every`` rounds, the model's pooled NPMI, diversity and redundancy."""
+
+    def __init__(self, terms, texts, every: int, total: int, docs_per_round: int, pooled: int) -> None:
+        self.terms, self.texts, self.dictionary = terms, texts, Dictionary(texts)
+        self.every, self.total, self.docs_per_round, self.pooled = every, total, docs_per_round, pooled
+        self.rows: list[dict[str, Any]] = []
+        self.started = time.perf_counter()
+
+    def __call__(self, server) -> None:
+        done = server.next_round
+        if done % self.every and done != self.total:
+            return
+        with torch.no_grad():
+            beta = server.strategy.model.topic_word().cpu().numpy()
+        top10, top25 = top_words(beta, self.terms, 10), top_words(beta, self.terms, 25)
+        npmi = CoherenceModel(
+            topics=top10, texts=self.texts, dictionary=self.dictionary, coherence="c_npmi", processes=1
+        ).get_coherence()
+        red = redundancy(top10, 5)
+        self.rows.append(
+            {
+                "round": done,
+                "passes": round(done * self.docs_per_round / self.pooled, 1),
+                "npmi": round(float(npmi), 4),
+                "diversity": round(topic_diversity(top25), 3),
+                "duplicate_pairs": len(red.duplicate_pairs),
+                "largest_overlap": red.largest_overlap,
+                "inverted_rbo": round(red.inverted_rbo, 3),
+                "seconds": round(time.perf_counter() - self.started, 1),
+                "topics": [" ".join(t) for t in top10] if done == self.total else None,
+            }
+        )
+
+
+def curve(env: str, raw: Path, setting: str, scenario: str, passes: float, every: float) -> list[dict[str, Any]]:
+    """Train one scenario for ``passes`` pooled passes and score it every ``every`` passes."""
+    from fedtopic_pipelines.core.federated.engine import InProcessEngine
+    from fedtopic_pipelines.core.federation import run_federation
+    from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
+    from fedtopic_pipelines.parameters import with_privacy
+
+    vocabulary, bows, texts, params, _ = site_steps(env, raw, setting)
+    matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    orgs, pooled_texts = list(matrices), [t for org in bows for t in texts[org]]
+    pooled = sum(m.shape[0] for m in matrices.values())
+    batch = overrides(setting).get("train", {}).get("batch_size", params["train"]["batch_size"])
+    sizes = [m.shape[0] for m in matrices.values()]  # a federated batch is capped by the organisation's documents
+    docs_per_round = sum(min(batch, n) for n in sizes) if scenario == "federated" else batch * len(orgs)
+    total = max(1, round(passes * pooled / docs_per_round))
+    train = {"max_steps": total, "max_epochs": None, "scenarios": [scenario]}
+    _, config = project_config(env, {**overrides(setting), "train": {**overrides(setting).get("train", {}), **train}})
+    scores = Scores(vocabulary["term"].tolist(), pooled_texts, max(1, round(every * pooled / docs_per_round)),
+                    total, docs_per_round, pooled)  # fmt: skip
+    if scenario == "federated":
+        endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None
+    else:
+        endpoints, ghosts = [PooledEndpoint("server", matrices)], len(orgs)
+    train_config = with_privacy(config.train, config.blocks.get("privacy"), "train")  # as the pipeline trains
+    run_federation(InProcessEngine(endpoints), [e.name for e in endpoints], train_config, vocabulary=vocabulary,
+                   name=scenario, scenario=scenario, trained_on=orgs, ghosts=ghosts, on_round_end=scores,
+                   progress=False)  # fmt: skip
+    logger.info("%s %s: %d terms, %d pooled training documents, %d rounds", setting or "default", scenario,
+                len(vocabulary), pooled, total)  # fmt: skip
+    return [{"setting": setting or "default", "scenario": scenario, "terms": len(vocabulary), **r} for r in scores.rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["vocab", "curve"])
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--raw", type=Path, required=True, help="folder of the organisations' raw Parquet folders")
+    parser.add_argument("--settings", nargs="+", default=[""])
+    parser.add_argument("--scenarios", nargs="+", default=["federated", "centralized"])
+    parser.add_argument("--passes", type=float, default=320)
+    parser.add_argument("--every", type=float, default=20)
+    parser.add_argument("--out", type=Path, default=None, help="JSON lines appended here")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    torch.set_num_threads(1)
+    logging.getLogger("bench").setLevel(logging.INFO)  # kedro's bootstrap reconfigures logging
+    out = args.out or ROOT / f"runs/bench_{args.env}_{args.mode}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for setting in args.settings:
+        if args.mode == "vocab":
+            rows = [vocab_row(args.env, args.raw, setting)]
+        else:
+            rows = [r for s in args.scenarios for r in curve(args.env, args.raw, setting, s, args.passes, args.every)]
+        with out.open("a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+                logger.info("%s", {k: v for k, v in row.items() if k != "topics"})
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()
