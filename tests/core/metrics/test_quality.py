@@ -36,6 +36,7 @@ def test_a_vocabulary_too_small_for_distinct_top_words_suggests_a_topic_count_an
     (warning,) = model_warnings("federated", topics, redundancy(topics, duplicate_at=3), 7, {}, PARAMETER)
     assert warning.kind == "small_vocabulary" and warning.value_to_try == 2
     assert "7 terms" in warning.message and "vocab_consensus.min_total_count" in warning.message
+    assert "'vocab_consensus.min_terms' = 22" in warning.message  # 25 terms per topic of 3 top words x 3
 
 
 def test_undefined_pooled_coherence_is_a_warning_with_its_count() -> None:

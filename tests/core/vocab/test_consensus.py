@@ -259,3 +259,34 @@ def test_without_privacy_the_report_says_nothing_was_removed_by_it() -> None:
     consensus = agree_on_vocabulary(PRIVATE, ConsensusConfig(top_n=10, min_count=0, merge="union"))
     assert len(consensus.vocabulary) == 5
     assert consensus.report["privacy"]["removed_by_vocab_k"] == {"terms": 0, "proposed_count": 0}
+
+
+def test_min_terms_lowers_the_summed_count_floor_to_keep_that_many_terms(caplog) -> None:
+    # merged: common 60, loud 60, other 9, mine 8, pair 7, junk 7; m = 61 alone keeps nothing
+    with caplog.at_level("INFO", logger="fedtopic_pipelines.core.vocab.consensus"):
+        consensus = _agree(min_total_count=61, min_terms=3)
+    assert sorted(consensus.vocabulary["term"]) == ["common", "loud", "other"]
+    floors = consensus.report["floors"]
+    assert floors["min_total_count_as_count"] == 9 and floors["min_total_count_lowered_from"] == 61
+    assert "'vocab_consensus.min_terms' = 3: lowered to 9, which keeps 3" in caplog.text
+
+
+def test_min_terms_counts_only_terms_the_other_floor_and_privacy_keep() -> None:
+    # with k = 2 only common (60) and pair (7) can pass: the floor falls to 7 and keeps both
+    consensus = _agree(min_organisations=2, min_total_count=61, min_terms=3)
+    assert sorted(consensus.vocabulary["term"]) == ["common", "pair"]
+    assert consensus.report["floors"]["min_total_count_as_count"] == 7
+    private = agree_on_vocabulary(
+        FLOOR_PROPOSALS,
+        ConsensusConfig(top_n=10, min_count=0, min_total_count=61, min_terms=3),
+        _privacy(vocab_k=2),
+    )
+    assert sorted(private.vocabulary["term"]) == ["common", "pair"]
+
+
+def test_min_terms_never_raises_the_floor_nor_turns_it_on() -> None:
+    enough = _agree(min_total_count=9, min_terms=3)  # 9 already keeps 3 terms
+    assert enough.report["floors"]["min_total_count_as_count"] == 9
+    assert enough.report["floors"]["min_total_count_lowered_from"] is None
+    off = _agree(min_total_count=0, min_terms=100)
+    assert len(off.vocabulary) == 6 and off.report["floors"]["min_total_count_as_count"] == 0

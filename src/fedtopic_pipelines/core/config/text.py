@@ -50,3 +50,6 @@ class ConsensusConfig(ConfigModel):
     # conf/base sets the values measured on the demo.
     min_organisations: PositiveInt = 1
     min_total_count: CountShareOrOff = 0  # a count, or a share of the summed proposed counts (0: off)
+    # The summed-count floor is lowered (never raised) to the largest value that still keeps this
+    # many terms, so that a small corpus is not cut to a few dozen generic words (0: off).
+    min_terms: NonNegativeInt = 0

@@ -63,7 +63,8 @@ def model_warnings(
                 "small_vocabulary",
                 f"a vocabulary of {vocabulary_size} terms cannot give {k} topics {n} distinct top words each "
                 f"({n * k} needed): set '{n_topics_parameter}' to {fit} or lower the vocabulary floors "
-                "('vocab_consensus.min_total_count', 'vocab_consensus.min_organisations', 'preprocess.min_df')",
+                "('vocab_consensus.min_total_count', 'vocab_consensus.min_organisations', 'preprocess.min_df'; "
+                f"'vocab_consensus.min_terms' = {n * k * 5 // 2} lowers the summed-count floor for you)",
                 n_topics_parameter,
                 fit,
             )

@@ -83,14 +83,16 @@ def document_frequency_window(config: PreprocessConfig, n_train: int) -> tuple[i
 SUGGESTED_TERMS = 500
 
 
-def largest_floor(values: Iterable[int], below: int | None = None) -> tuple[int, int] | None:
+def largest_floor(
+    values: Iterable[int], below: int | None = None, terms: int = SUGGESTED_TERMS
+) -> tuple[int, int] | None:
     """The largest floor on ``values`` (a term's document frequency, or its summed count) that keeps
-    min(SUGGESTED_TERMS, all) of them, and how many it keeps; None when there are no values, or
+    min(``terms``, all) of them, and how many it keeps; None when there are no values, or
     when that floor is not below ``below`` (the current one)."""
     ranked = sorted(values, reverse=True)
     if not ranked:
         return None
-    value = ranked[min(SUGGESTED_TERMS, len(ranked)) - 1]
+    value = ranked[min(terms, len(ranked)) - 1]
     if below is not None and value >= below:
         return None
     return value, sum(v >= value for v in ranked)

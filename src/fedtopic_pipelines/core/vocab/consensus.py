@@ -108,6 +108,32 @@ def total_count_floor(setting: int | float, table: pd.DataFrame) -> int:
     return setting if isinstance(setting, int) else count_from(setting, int(table["frequency"].sum()))
 
 
+def keep_min_terms(merged: pd.DataFrame, passes: pd.Series, config: ConsensusConfig, least: int) -> int:
+    """The summed-count floor to apply: ``least``, lowered to the largest value that keeps
+    ``vocab_consensus.min_terms`` of the terms the other floor and the privacy rule keep (or all
+    of them, when they keep fewer). A share measured on a large corpus cut a small one to a few
+    dozen generic words; this makes the floor follow the corpus from the merged counts alone."""
+    if not config.min_terms or least <= 0:
+        return least
+    eligible = merged.loc[passes & (merged["n_organisations"] >= config.min_organisations), "frequency"]
+    if int((eligible >= least).sum()) >= config.min_terms:
+        return least
+    found = largest_floor(eligible, below=least, terms=config.min_terms)
+    if not found:
+        return least
+    logger.info(
+        "vocabulary floors: 'vocab_consensus.min_total_count' = %s (%d) would keep %d terms, fewer than "
+        "'vocab_consensus.min_terms' = %d: lowered to %d, which keeps %d of them",
+        config.min_total_count,
+        least,
+        int((eligible >= least).sum()),
+        config.min_terms,
+        found[0],
+        found[1],
+    )
+    return found[0]
+
+
 def apply_floors(table: pd.DataFrame, min_organisations: int, min_total_count: int) -> tuple[pd.DataFrame, dict]:
     """Keep the merged terms proposed by >= ``min_organisations`` organisations whose summed
     proposed count is >= ``min_total_count``; return them and what each floor removed.
@@ -235,24 +261,20 @@ def removed_per_organisation(proposals: Mapping[str, Mapping[str, int]], kept: s
     return out
 
 
-def agree_on_vocabulary(
-    proposals: Mapping[str, Mapping[str, int]], config: ConsensusConfig, privacy: PrivacyConfig | None = None
-) -> Consensus:
-    """The server's whole consensus: merge the proposals, then keep the terms that pass the
-    privacy rule (``privacy``; none: every term passes) and both floors.
-
-    The proposals' keys may be keyed digests (the first step of the keyed exchange): nothing
-    here reads a term. Raises :class:`EmptyVocabularyError` naming the parameters to relax when
-    nothing is left, or when ``vocab_k`` or ``min_organisations`` exceeds the organisations.
-    """
-    privacy = privacy or PrivacyConfig()
-    _refuse_unreachable(len(proposals), config, privacy)
-    merged = merge_vocabularies(proposals, config.merge)
-    least = total_count_floor(config.min_total_count, merged)
-    floored, removed = apply_floors(merged, config.min_organisations, least)
-    passes = privacy_mask(merged, privacy)
-    kept_by_floors = merged["term"].isin(set(floored["term"]))
-    vocabulary = merged.loc[passes & kept_by_floors].reset_index(drop=True)
+def _consensus_report(
+    proposals: Mapping[str, Mapping[str, int]],
+    merged: pd.DataFrame,
+    vocabulary: pd.DataFrame,
+    removed: dict[str, Any],
+    passes: pd.Series,
+    kept_by_floors: pd.Series,
+    config: ConsensusConfig,
+    privacy: PrivacyConfig,
+    floors: tuple[int, int],
+) -> dict[str, Any]:
+    """The server's report: counts over the proposals only, what each floor and the privacy rule
+    removed, and the summed-count floor as configured and as applied."""
+    configured, least = floors
     by_orgs = merged["n_organisations"].value_counts().sort_index()
 
     def summary(mask: pd.Series) -> dict[str, int]:
@@ -268,6 +290,8 @@ def agree_on_vocabulary(
             "min_organisations": config.min_organisations,
             "min_total_count": config.min_total_count,
             "min_total_count_as_count": least,
+            "min_terms": config.min_terms,
+            "min_total_count_lowered_from": configured if least < configured else None,
         },
         "removed_by_floors": removed,
         "privacy": {
@@ -283,6 +307,31 @@ def agree_on_vocabulary(
         "vocabulary_proposed_count": int(vocabulary["frequency"].sum()),
         "per_organisation": removed_per_organisation(proposals, set(vocabulary["term"])),
     }
+    return report
+
+
+def agree_on_vocabulary(
+    proposals: Mapping[str, Mapping[str, int]], config: ConsensusConfig, privacy: PrivacyConfig | None = None
+) -> Consensus:
+    """The server's whole consensus: merge the proposals, then keep the terms that pass the
+    privacy rule (``privacy``; none: every term passes) and both floors.
+
+    The proposals' keys may be keyed digests (the first step of the keyed exchange): nothing
+    here reads a term. Raises :class:`EmptyVocabularyError` naming the parameters to relax when
+    nothing is left, or when ``vocab_k`` or ``min_organisations`` exceeds the organisations.
+    """
+    privacy = privacy or PrivacyConfig()
+    _refuse_unreachable(len(proposals), config, privacy)
+    merged = merge_vocabularies(proposals, config.merge)
+    passes = privacy_mask(merged, privacy)
+    configured = total_count_floor(config.min_total_count, merged)
+    least = keep_min_terms(merged, passes, config, configured)
+    floored, removed = apply_floors(merged, config.min_organisations, least)
+    kept_by_floors = merged["term"].isin(set(floored["term"]))
+    vocabulary = merged.loc[passes & kept_by_floors].reset_index(drop=True)
+    report = _consensus_report(
+        proposals, merged, vocabulary, removed, passes, kept_by_floors, config, privacy, (configured, least)
+    )
     _refuse_empty(vocabulary, merged, removed, passes, config, privacy, least)
     if removed["total"]["terms"] or not passes.all():
         logger.info(
