@@ -1,15 +1,30 @@
-"""Learning curves on the demo: pooled NPMI and topic diversity against document passes.
+"""Learning curves on the demo: pooled NPMI, diversity, topic redundancy and macro-F1 against training length.
 
-Training defaults (`train.batch_size`, `train.max_epochs`) are chosen from these curves
-(docs/performance.md, "Training length"). Each setting trains the centralized and/or the
-federated scenario once per seed, exactly as `kedro run` does (run_federation, the
-project's parameters with overrides), and reads the model every `--every` passes through
-run_federation's round observer. NPMI is gensim's c_npmi (top 10 words, sliding window
-10) on the pooled preprocessed training texts: the figure the evaluate pipeline's exact
-federated coherence gives. ``--variants`` compares ``train.model`` options (docs/batchnorm.md,
-section 6).
+Training defaults (`train.batch_size`, `train.max_epochs`, `train.max_steps`) are chosen from
+these curves (docs/performance.md, "Training length"). Each setting trains the centralized
+and/or the federated scenario once per seed, exactly as `kedro run` does (run_federation, the
+project's parameters with overrides, torch's deterministic algorithms), and reads the model
+every `--every` passes (or `--every-steps` steps) through run_federation's round observer.
+
+Every point is scored by the evaluate pipeline's own functions and parameters (``evaluate``
+block), so the point at ``train.max_steps`` with ``train.seed`` is the run's metrics.json:
+
+* pooled NPMI: each organisation counts the top ``evaluate.top_words`` words' co-occurrences
+  in all its preprocessed texts (both splits, as ``evaluate_organisation`` reads the tokens
+  table), the counts are summed, and ``coherence_by_model`` turns them into gensim's c_npmi;
+* topic diversity of the top ``evaluate.diversity_top_words`` words;
+* redundancy (``core/metrics/topics.py`` ``redundancy``): duplicate pairs (topics sharing at
+  least ``evaluate.duplicate_shared_words`` top words; which ones in ``duplicate_pairs_detail``),
+  the largest overlap and inverted RBO;
+* macro-F1: each organisation's SVM macro-F1 on its held-out documents' topic proportions,
+  averaged over the organisations where it is defined (``_held_out_scores``).
+
+``--variants`` compares ``train.model`` options (docs/batchnorm.md, section 6). ``--topics-out``
+writes every point's top words (JSON).
 
     python bench/bench_learning_curve.py --batch-sizes 64 16 --passes 40 --every 4
+    python bench/bench_learning_curve.py --batch-sizes 32 --steps 5600 --every-steps 1400 \
+        --scenarios federated centralized --seeds 42 7 1234
     python bench/bench_learning_curve.py --batch-sizes 32 --variants "" "word_bias=true" "normalization=batch"
     python bench/bench_learning_curve.py --smoke
 """
@@ -18,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import logging
 import time
 from pathlib import Path
@@ -26,31 +42,91 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from common import ROOT, demo_corpus, project_config
-from gensim.corpora import Dictionary
-from gensim.models.coherencemodel import CoherenceModel
+from common import ROOT, demo_tables, project_config
 from tqdm.auto import tqdm
+
+from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
+from fedtopic_pipelines.core.metrics.coherence import (
+    CoherenceCandidates,
+    coherence_by_model,
+    context_of,
+    count_cooccurrences,
+    sum_counts,
+)
+from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
 
 logger = logging.getLogger("bench.learning_curve")
 
 
-def demo_data(params: dict, project) -> tuple[Any, dict[str, Any], list[list[str]]]:
-    """The demo's common vocabulary, each organisation's training matrix and the pooled
-    training texts, through the same site steps as the pipelines (``demo_corpus``)."""
-    vocabulary, bows, texts = demo_corpus(params, project)
-    matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
-    return vocabulary, matrices, [t for org in bows for t in texts[org]]
+def demo_data(params: dict, project) -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, list[list[str]]]]:
+    """The demo's common vocabulary, each organisation's training matrix, its held-out split
+    (bag of words with labels) and all its preprocessed texts (both splits: what the evaluate
+    pipeline counts coherence on), through the same site steps as the pipelines (``run_sites``
+    keeps only the training texts, hence its steps here)."""
+    from fedtopic_pipelines.core.shards import as_frame
+    from fedtopic_pipelines.core.site import Site
+    from fedtopic_pipelines.core.vocab.consensus import exchange_vocabulary
+
+    tables = demo_tables(params)
+    logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
+    sites = {org: Site(org) for org in tables}
+    results = {org: sites[org].preprocess(table, project.preprocess) for org, table in tables.items()}
+    proposals = {org: sites[org].propose(results[org].term_counts, project.consensus) for org in tables}
+    vocabulary = exchange_vocabulary(proposals, project.consensus)[0].vocabulary
+    terms = vocabulary["term"].tolist()
+    bows = {org: sites[org].vectorise(results[org].tokens, terms)[0] for org in tables}
+    texts = {org: [t.split() for t in as_frame(result.tokens)["tokens"]] for org, result in results.items()}
+    for result in results.values():
+        result.tokens.discard()
+    train = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    return vocabulary, train, {org: bow.subset("test") for org, bow in bows.items()}, texts
+
+
+class Scorer:
+    """A model's scores as the evaluate pipeline computes them (see the module docstring)."""
+
+    def __init__(self, terms: list[str], tests: dict[str, Any], texts: dict[str, list[list[str]]], config) -> None:
+        self.terms, self.tests, self.texts, self.config = terms, tests, texts, config
+        self.dense = {org: torch.from_numpy(t.matrix.toarray()) for org, t in tests.items() if len(t)}
+
+    def __call__(self, model) -> dict[str, Any]:
+        config = self.config
+        with torch.no_grad():
+            beta = model.topic_word().cpu().numpy()
+        topics = top_words(beta, self.terms, config.top_words)
+        candidates = CoherenceCandidates.from_topics(topics)
+        context = context_of("c_npmi")
+        pooled = sum_counts(count_cooccurrences(texts, candidates, [context]) for texts in self.texts.values())
+        npmi = coherence_by_model({"model": topics}, candidates, pooled, "c_npmi")["model"].mean
+        found = redundancy(topics, config.duplicate_shared_words, config.rbo_weight)
+        f1s = [
+            svm_macro_f1(
+                model.doc_topic(dense).cpu().numpy(), self.tests[org].labels, config.svm_test_size, config.svm_c,
+                config.seed,
+            )
+            for org, dense in self.dense.items()
+        ]  # fmt: skip
+        defined = [f for f in f1s if f is not None and np.isfinite(f)]
+        return {
+            "npmi": float("nan") if npmi is None else float(npmi),
+            "topic_diversity": topic_diversity(top_words(beta, self.terms, config.diversity_top_words)),
+            "duplicate_topic_pairs": len(found.duplicate_pairs),
+            "largest_topic_overlap": found.largest_overlap,
+            "inverted_rbo": found.inverted_rbo,
+            "macro_f1": float(np.mean(defined)) if defined else float("nan"),
+            "duplicate_pairs_detail": " ".join(f"{i}-{j}:{n}" for i, j, n in found.duplicate_pairs),
+            "topics": topics,
+        }
 
 
 class Curve:
-    """Observer: every ``every`` rounds, the model's pooled NPMI and topic diversity."""
+    """Observer: every ``every`` rounds (and at the last), the model's scores (:class:`Scorer`)."""
 
-    def __init__(
-        self, terms: list[str], texts, dictionary, every: int, docs_per_round: int, total: int, pooled: int
-    ) -> None:
-        self.terms, self.texts, self.dictionary = terms, texts, dictionary
+    def __init__(self, scorer: Scorer, every: int, docs_per_round: int, total: int, pooled: int) -> None:
+        self.scorer = scorer
         self.every, self.docs_per_round, self.total, self.pooled = every, docs_per_round, total, pooled
-        self.rows: list[dict[str, float]] = []
+        self.rows: list[dict[str, Any]] = []
         self.train_seconds = 0.0
         self._last = time.perf_counter()
 
@@ -59,21 +135,12 @@ class Curve:
         self.train_seconds += now - self._last
         done = server.next_round
         if done % self.every == 0 or done == self.total:
-            model = server.strategy.model
-            with torch.no_grad():
-                beta = model.topic_word().cpu().numpy()
-            order = np.argsort(-beta, axis=1, kind="stable")
-            top10 = [[self.terms[j] for j in row[:10]] for row in order]
-            top25 = {self.terms[j] for row in order for j in row[:25]}
-            npmi = CoherenceModel(
-                topics=top10, texts=self.texts, dictionary=self.dictionary, coherence="c_npmi", processes=1
-            ).get_coherence()
+            scores = self.scorer(server.strategy.model)
             self.rows.append(
                 {
                     "round": done,
                     "passes": done * self.docs_per_round / self.pooled,
-                    "npmi": float(npmi),
-                    "topic_diversity": len(top25) / (25 * len(order)),
+                    **scores,
                     "loss": float(server.history[-1].loss),
                     "train_seconds": self.train_seconds,
                 }
@@ -87,12 +154,14 @@ def model_overrides(variant: str) -> dict[str, Any]:
     return {key.strip(): yaml.safe_load(value) for key, value in pairs}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 32, 16])
     parser.add_argument("--lrs", type=float, nargs="+", default=[None], help="learning rates (default: the project's)")
     parser.add_argument("--passes", type=float, default=40, help="document passes over the pooled training set")
     parser.add_argument("--every", type=float, default=4, help="evaluate every this many passes")
+    parser.add_argument("--steps", type=int, default=None, help="train this many steps (instead of --passes)")
+    parser.add_argument("--every-steps", type=int, default=None, help="evaluate every this many steps")
     parser.add_argument("--scenarios", nargs="+", default=["centralized"], choices=["centralized", "federated"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
     parser.add_argument(
@@ -104,49 +173,40 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--env", default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "data/08_reporting/bench_learning_curve.csv")
+    parser.add_argument("--topics-out", type=Path, default=None, help="every point's top words (JSON)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny data and steps (seconds)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.smoke:
         args.env, args.batch_sizes, args.passes, args.every, args.scenarios = "smoke", [32], 2, 1, ["centralized"]
-    torch.set_num_threads(args.threads)
+    return args
 
+
+def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer) -> tuple[list[dict], Any]:
+    """Train one (variant, batch, lr, scenario, seed) as ``train_scenarios`` does, scored along the way."""
+    from fedtopic_pipelines.core.compute import deterministic_algorithms
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
     from fedtopic_pipelines.core.federation import run_federation
     from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
 
-    params, project = project_config(args.env)
-    vocabulary, matrices, texts = demo_data(params, project)
-    terms = vocabulary["term"].tolist()
-    dictionary = Dictionary(texts)
-    orgs = list(matrices)
-    pooled = sum(m.shape[0] for m in matrices.values())
-    logger.info("%d organisations, %d pooled training documents, %d terms", len(orgs), pooled, len(terms))
-    rows: list[dict[str, Any]] = []
-    settings = [
-        (v, b, lr, s, seed)
-        for v in args.variants
-        for b in args.batch_sizes
-        for lr in args.lrs
-        for s in args.scenarios
-        for seed in args.seeds
-    ]
-    for variant, batch, lr, scenario, seed in tqdm(settings, desc="settings"):
-        docs_per_round = batch * len(orgs)  # federated: batch per organisation; centralized: L ghost batches
-        total = max(1, round(args.passes * pooled / docs_per_round))
-        every = max(1, round(args.every * pooled / docs_per_round))
-        train = {"batch_size": batch, "max_steps": total, "max_epochs": None, "seed": seed, "scenarios": [scenario]}
-        if lr is not None:
-            train["optimizer"] = {"lr": lr}
-        if variant:
-            train["model"] = {**params["train"].get("model", {}), **model_overrides(variant)}
-        _, config = project_config(args.env, {"train": train})
-        curve = Curve(terms, texts, dictionary, every, docs_per_round, total, pooled)
-        if scenario == "federated":
-            endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None
-        else:
-            endpoints, ghosts = [PooledEndpoint("server", matrices)], len(orgs)
+    variant, batch, lr, scenario, seed = setting
+    vocabulary, matrices = data
+    orgs, pooled = list(matrices), sum(m.shape[0] for m in matrices.values())
+    docs_per_round = batch * len(orgs)  # federated: batch per organisation; centralized: L ghost batches
+    total = args.steps or max(1, round(args.passes * pooled / docs_per_round))
+    every = args.every_steps or max(1, round(args.every * pooled / docs_per_round))
+    train = {"batch_size": batch, "max_steps": total, "max_epochs": None, "seed": seed, "scenarios": [scenario]}
+    if lr is not None:
+        train["optimizer"] = {"lr": lr}
+    if variant:
+        train["model"] = {**params["train"].get("model", {}), **model_overrides(variant)}
+    _, config = project_config(args.env, {"train": train})
+    curve = Curve(scorer, every, docs_per_round, total, pooled)
+    if scenario == "federated":
+        endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None
+    else:
+        endpoints, ghosts = [PooledEndpoint("server", matrices)], len(orgs)
+    with deterministic_algorithms():
         run_federation(
             InProcessEngine(endpoints),
             [e.name for e in endpoints],
@@ -159,43 +219,62 @@ def main() -> None:
             on_round_end=curve,
             progress=not args.no_progress,
         )
-        for row in curve.rows:
-            rows.append(
-                {
-                    "variant": variant or "configured",
-                    "scenario": scenario,
-                    "batch_size": batch,
-                    "lr": lr or config.train.optimizer.lr,
-                    "seed": seed,
-                    **row,
-                }
-            )
-        last = curve.rows[-1]
-        logger.info(
-            "%s %s batch %d lr %s seed %d: %d rounds, NPMI %.4f, TD %.3f, %.1f s training (%.0f documents/s)",
-            variant or "configured",
-            scenario,
-            batch,
-            lr,
-            seed,
-            total,
-            last["npmi"],
-            last["topic_diversity"],
-            curve.train_seconds,
-            total * docs_per_round / curve.train_seconds,
-        )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    logger.info("wrote %s", args.out)
+    facts = {"variant": variant or "configured", "scenario": scenario, "batch_size": batch}
+    facts |= {"lr": lr or config.train.optimizer.lr, "seed": seed}
+    last = curve.rows[-1]
+    logger.info(
+        "%s %s batch %d lr %s seed %d: %d rounds, NPMI %.4f, TD %.3f, %d duplicate pairs, %.1f s training",
+        facts["variant"], scenario, batch, lr, seed, total, last["npmi"], last["topic_diversity"],
+        last["duplicate_topic_pairs"], curve.train_seconds,
+    )  # fmt: skip
+    return [{**facts, **row} for row in curve.rows], config
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    torch.set_num_threads(args.threads)
+    params, project = project_config(args.env)
+    vocabulary, matrices, tests, texts = demo_data(params, project)
+    scorer = Scorer(
+        vocabulary["term"].tolist(), tests, texts, from_mapping(EvaluateConfig, params["evaluate"], "evaluate")
+    )
+    pooled = sum(m.shape[0] for m in matrices.values())
+    logger.info("%d organisations, %d pooled training documents, %d terms", len(matrices), pooled, len(vocabulary))
+    settings = [
+        (v, b, lr, s, seed)
+        for v in args.variants
+        for b in args.batch_sizes
+        for lr in args.lrs
+        for s in args.scenarios
+        for seed in args.seeds
+    ]
+    rows: list[dict[str, Any]] = []
+    for setting in tqdm(settings, desc="settings"):
+        rows += run_setting(setting, args, params, (vocabulary, matrices), scorer)[0]
+        write(rows, args)  # after every setting: a long sweep cut short keeps what finished
     for row in rows:
         logger.info(
-            "%s %-11s b=%-3d lr=%.4f seed=%d passes=%5.1f NPMI=%.4f TD=%.3f loss=%.1f t=%.0fs",
-            row["variant"], row["scenario"], row["batch_size"], row["lr"], row["seed"], row["passes"], row["npmi"],
-            row["topic_diversity"], row["loss"], row["train_seconds"],
+            "%s %-11s b=%-3d lr=%.4f seed=%d round=%5d passes=%5.1f NPMI=%.4f TD=%.3f dup=%d overlap=%d "
+            "iRBO=%.3f F1=%.3f loss=%.1f t=%.0fs %s",
+            row["variant"], row["scenario"], row["batch_size"], row["lr"], row["seed"], row["round"], row["passes"],
+            row["npmi"], row["topic_diversity"], row["duplicate_topic_pairs"], row["largest_topic_overlap"],
+            row["inverted_rbo"], row["macro_f1"], row["loss"], row["train_seconds"], row["duplicate_pairs_detail"],
         )  # fmt: skip
+
+
+def write(rows: list[dict[str, Any]], args) -> None:
+    """The CSV (one row per point, without the top words) and, when asked, the top words as JSON."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "topics"])
+        writer.writeheader()
+        writer.writerows({k: v for k, v in row.items() if k != "topics"} for row in rows)
+    logger.info("wrote %s", args.out)
+    if args.topics_out is not None:
+        args.topics_out.parent.mkdir(parents=True, exist_ok=True)
+        args.topics_out.write_text(json.dumps(rows, indent=1))
+        logger.info("wrote %s", args.topics_out)
 
 
 if __name__ == "__main__":

@@ -149,11 +149,22 @@ def test_bench_flower_smoke() -> None:
 
 
 def test_bench_learning_curve_smoke(tmp_path) -> None:
-    out = tmp_path / "curve.csv"
-    run_bench("bench_learning_curve.py", "--smoke", "--no-progress", "--out", str(out))
+    out, topics_out = tmp_path / "curve.csv", tmp_path / "topics.json"
+    run_bench("bench_learning_curve.py", "--smoke", "--no-progress", "--out", str(out), "--topics-out", str(topics_out))
     lines = out.read_text().splitlines()
     assert lines[0].startswith("variant,scenario,batch_size,lr,seed,round,passes,npmi,topic_diversity")
     assert len(lines) >= 3  # a row per evaluated pass, header first
+    points = json.loads(topics_out.read_text())
+    assert len(points) == len(lines) - 1
+    for point in points:  # the redundancy columns agree with the top words they were computed from
+        topics = [set(t) for t in point["topics"]]
+        assert len(topics) == 5 and all(len(t) == 10 for t in topics)  # smoke: 5 topics, evaluate.top_words 10
+        shared = [len(a & b) for i, a in enumerate(topics) for b in topics[i + 1 :]]
+        assert point["largest_topic_overlap"] == max(shared)
+        assert point["duplicate_topic_pairs"] == sum(n >= 5 for n in shared)
+        assert len(point["duplicate_pairs_detail"].split()) == point["duplicate_topic_pairs"]
+        assert 0.0 < point["inverted_rbo"] <= 1.0 and -1.0 <= point["npmi"] <= 1.0
+        assert 0.0 <= point["macro_f1"] <= 1.0  # defined: the smoke organisations hold several classes
 
 
 def test_bench_embeddings_smoke() -> None:
