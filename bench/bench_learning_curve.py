@@ -235,6 +235,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(args.threads)
     params, project = project_config(args.env)
+    logger.setLevel(logging.INFO)  # Kedro's logging configuration (loaded above) leaves unnamed loggers at WARNING
     vocabulary, matrices, tests, texts = demo_data(params, project)
     scorer = Scorer(
         vocabulary["term"].tolist(), tests, texts, from_mapping(EvaluateConfig, params["evaluate"], "evaluate")
