@@ -16,7 +16,10 @@ document passes (``--epochs`` over the pooled training documents):
    project's site-packages so torch and numpy are reused, then ``pip install --no-deps
    contextualized-topic-models==2.6.1 wordcloud==1.9.4``; never into the project's venv);
 2. our centralized ProdLDA (the trusted-server scenario);
-3. our federated ProdLDA (one client per organisation).
+3. our federated ProdLDA (one client per organisation);
+4. ``--scenarios sync`` (not run by default): what federated ProdLDA with *synchronised*
+   BatchNorm computes (``common.train_synchronised``): each organisation's batches drawn
+   exactly as its federated client draws them, their union normalised as one batch per step.
 
 Every model is scored by the same evaluator:
 
@@ -59,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-from common import ROOT, demo_corpus, project_config
+from common import ROOT, demo_corpus, project_config, train_synchronised
 
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
@@ -71,7 +74,8 @@ logger = logging.getLogger("bench")
 CTM_PACKAGES = ("contextualized-topic-models==2.6.1", "wordcloud==1.9.4")  # wordcloud: imported by ctm.py
 REFERENCE = {"prodlda": "CTM 2.6.1 ProdLDA (reference)", "combinedtm": "CTM 2.6.1 CombinedTM (reference)"}
 REFERENCE["zeroshottm"] = "CTM 2.6.1 ZeroShotTM (reference)"
-OURS = ("ours, centralized", "ours, federated (5 organisations)")
+OURS = ("ours, centralized", "ours, federated (5 organisations)", "ours, synchronised BatchNorm (5 organisations)")
+SCENARIOS = ("centralized", "federated", "sync")  # OURS's, in order
 
 
 def ctm_python(venv: Path, create: bool) -> Path | None:
@@ -163,7 +167,8 @@ def run_ours(
 ) -> dict:
     """One of our scenarios through the pipelines' training entry point, with its CPU time; a
     contextual family's ``test`` is (bag of words, embeddings). ``extra``: ``--set`` overrides."""
-    overrides = {"scenarios": [scenario], "max_steps": steps, "max_epochs": None, "seed": seed}
+    engine_scenario = "federated" if scenario == "sync" else scenario  # sync: the federated streams, not a scenario
+    overrides = {"scenarios": [engine_scenario], "max_steps": steps, "max_epochs": None, "seed": seed}
     overrides["model"] = {"family": family}
     if normalization is not None:
         overrides["model"]["normalization"] = normalization
@@ -172,7 +177,10 @@ def run_ours(
     merged = deep_merge(extra or {}, {"train": {**overrides, "validation_fraction": 0.0}})
     _, project = project_config(env, merged)
     cpu, wall = time.process_time(), time.perf_counter()
-    trained = train_scenarios(matrices, project.train, progress=False, vocabulary=vocabulary)[scenario]
+    if scenario == "sync":
+        trained = train_synchronised(matrices, project.train, len(vocabulary), vocabulary)
+    else:
+        trained = train_scenarios(matrices, project.train, progress=False, vocabulary=vocabulary)[scenario]
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     model = trained.to_model()
     documents = steps * len(matrices) * project.train.batch_size  # every organisation holds > batch_size
@@ -309,13 +317,20 @@ def main() -> None:
         "documents, the reference's protocol (centralized and federated then compute the same thing)",
     )
     parser.add_argument(
-        "--scenarios", nargs="*", choices=("centralized", "federated"), default=["centralized", "federated"]
+        "--scenarios",
+        nargs="*",
+        choices=SCENARIOS,
+        default=["centralized", "federated"],
+        help="ours; sync: the federated streams with synchronised BatchNorm (one normalised batch per step)",
     )
     args = parser.parse_args()
     if args.smoke:
         args.env, args.epochs, args.seeds = "smoke", 2, 1
     reference_name = REFERENCE[args.family]
-    systems = (reference_name, *OURS)
+    systems = (
+        reference_name,
+        *(n for n, sc in zip(OURS, SCENARIOS, strict=True) if sc != "sync" or sc in args.scenarios),
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
     params, project = project_config(args.env)
@@ -360,7 +375,7 @@ def main() -> None:
     )
     warm = ours_test if args.family == "prodlda" else (ours_test[0][:2], ours_test[1][:2])
     run_ours(matrices, vocabulary, args.env, "centralized", 2, 0, warm, args.family, args.normalization, extra)
-    runs: dict[str, list[dict]] = {name: [] for name in systems}
+    runs: dict[str, list[dict]] = {name: [] for name in (reference_name, *OURS)}
     for seed in range(args.seeds):
         if python is not None:
             settings = {
@@ -376,7 +391,7 @@ def main() -> None:
                 cached_reference(python, pooled_train, test, settings, timeout=7200, embeddings=reference_embeddings)
             )
             logger.info("seed %d: reference trained in %.1f CPU-s", seed, float(runs[reference_name][-1]["cpu_s"]))
-        for name, scenario in zip(systems[1:], ("centralized", "federated"), strict=True):
+        for name, scenario in zip(OURS, SCENARIOS, strict=True):
             if scenario not in args.scenarios:
                 continue
             model = (args.family, args.normalization, extra)

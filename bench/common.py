@@ -13,8 +13,22 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import torch
 from kedro.framework.startup import bootstrap_project
 
+from fedtopic_pipelines.core.compute import compute_threads, deterministic_algorithms, resolve_device
+from fedtopic_pipelines.core.config import TrainConfig
+from fedtopic_pipelines.core.families import get_family
+from fedtopic_pipelines.core.federated.client import FamilyClient
+from fedtopic_pipelines.core.federated.engine import InProcessEngine
+from fedtopic_pipelines.core.federated.family import ServerPreparation
+from fedtopic_pipelines.core.federated.server import FederatedServer
+from fedtopic_pipelines.core.federation import stopping_rule, strategy_of
+from fedtopic_pipelines.core.model_store import TrainedModel
+from fedtopic_pipelines.core.models.ctm import ContextualBatch
+from fedtopic_pipelines.core.seeds import derive_seed
+from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.parameters import ProjectConfig, validate_parameters
 from fedtopic_pipelines.pipeline_registry import project_parameters
 
@@ -85,3 +99,71 @@ def demo_corpus(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, An
     and its preprocessed training texts (the token lists coherence is counted on), from one
     pass of the site steps."""
     return chain_texts(params, project, demo_tables(params))
+
+
+def concatenate_batches(batches: list[Any]) -> Any:
+    """Several organisations' batches as one: sparse CSR rows stacked (with their sentence
+    embeddings, for a contextual family), so one forward pass normalises them together."""
+    if isinstance(batches[0], ContextualBatch):
+        bows = concatenate_batches([b.bow for b in batches])
+        return ContextualBatch(bows, torch.cat([b.embeddings for b in batches]))
+    offsets, rows, crows = 0, 0, []
+    for batch in batches:
+        crows.append(batch.crow_indices()[:-1] + offsets)
+        offsets += int(batch.crow_indices()[-1])
+        rows += batch.shape[0]
+    crows.append(torch.tensor([offsets], dtype=crows[0].dtype, device=crows[0].device))
+    return torch.sparse_csr_tensor(
+        torch.cat(crows),
+        torch.cat([b.col_indices() for b in batches]),
+        torch.cat([b.values() for b in batches]),
+        size=(rows, batches[0].shape[1]),
+    )
+
+
+class SynchronisedStreams:
+    """Each organisation's next batch (the federated client's own stream), concatenated into one
+    batch that BatchNorm normalises together, with the first organisation's noise."""
+
+    def __init__(self, sources: list[Any]) -> None:
+        self.sources = sources
+
+    def next_batches(self) -> list[tuple[Any, torch.Generator]]:
+        return [(concatenate_batches([s.next_batch() for s in self.sources]), self.sources[0].noise)]
+
+
+def train_synchronised(
+    train: dict[str, Any], config: TrainConfig, vocab_size: int, vocabulary: pd.DataFrame | None = None
+) -> TrainedModel:
+    """What FedSGD with synchronised BatchNorm statistics computes, run in one process: every
+    step takes each organisation's next batch from exactly its federated client's stream
+    (same hold-out, same seeds) and normalises their union as ONE batch; the function a
+    federation that exchanges per-unit sums before each BatchNorm layer computes
+    (docs/batchnorm.md), without the exchange. Dropout and sampling noise come from the first
+    organisation's generator, so the draws differ from the federated run's, not their law.
+    ``vocabulary`` (with a ``frequency`` column) starts ``word_bias`` as the server does."""
+    family = get_family(config.model.family)
+    device = resolve_device(config.device)
+    orgs = list(train)
+    prepared = [Site(org).prepare(family, train[org], config, i) for i, org in enumerate(orgs)]
+    validate = config.validation_fraction > 0
+    sources = [family.stream(p.train, config, derive_seed(config.seed, i), device) for i, p in enumerate(prepared)]
+    held = family.concatenate([p.validation for p in prepared]) if validate else None
+    with compute_threads(config.threads), deterministic_algorithms():
+        client = FamilyClient(
+            "server",
+            family,
+            family.create_model(vocab_size, config, device),
+            SynchronisedStreams(sources),
+            held,
+            derive_seed(config.seed, 2000, 0),
+        )
+        model = family.create_model(vocab_size, config, device)
+        if vocabulary is not None and isinstance(family, ServerPreparation):
+            rows = {org: family.rows(p.train) for org, p in zip(orgs, prepared, strict=True)}
+            family.prepare_server_model(model, vocabulary, rows, config)
+        epoch = family.steps_per_epoch(max(family.rows(p.train) for p in prepared), config)
+        server = FederatedServer(strategy_of(family, model, config), stopping_rule(config, epoch, validate), "sync")
+        history = server.run(InProcessEngine([client]), progress=False)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return TrainedModel("sync", "sync", orgs, vocab_size, config, state, history, best_round=server.best_round)

@@ -28,19 +28,10 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-import torch
-from common import project_config
+from common import project_config, train_synchronised
 
-from fedtopic_pipelines.core.compute import resolve_device
-from fedtopic_pipelines.core.families import get_family
-from fedtopic_pipelines.core.federated.batching import BatchSource
-from fedtopic_pipelines.core.federated.client import FamilyClient
-from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.server import FederatedServer
-from fedtopic_pipelines.core.federation import stopping_rule
 from fedtopic_pipelines.core.metrics.similarity import align_topics, dss, tss
-from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.seeds import derive_seed, hold_out_one
+from fedtopic_pipelines.core.seeds import derive_seed
 from fedtopic_pipelines.core.synthetic import generate
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.experiments.config import SweepPoint
@@ -48,44 +39,6 @@ from fedtopic_pipelines.experiments.synthetic import consensus_matrices, infer_t
 
 logger = logging.getLogger("screen_normalisation")
 RECOVERED = 0.5  # a true topic counts as recovered when some learned topic's Bhattacharyya coefficient reaches this
-
-
-class SynchronisedStreams:
-    """Each organisation's next batch (the federated client's own stream), concatenated into one
-    batch that BatchNorm normalises together, with the first organisation's noise."""
-
-    def __init__(self, sources: list[BatchSource]) -> None:
-        self.sources = sources
-
-    def next_batches(self) -> list[tuple[torch.Tensor, torch.Generator]]:
-        batches = [s.next_batch().to_dense() for s in self.sources]  # CSR tensors do not concatenate
-        return [(torch.cat(batches).to_sparse_csr(), self.sources[0].noise)]
-
-
-def train_synchronised(train: dict[str, sp.csr_matrix], config, vocab_size: int) -> TrainedModel:
-    """The centralized equivalent of FedSGD with synchronised BatchNorm statistics."""
-    family = get_family(config.model.family)
-    device = resolve_device(config.device)
-    orgs = list(train)
-    split = [hold_out_one(o, train[o], config.validation_fraction, config.seed, i) for i, o in enumerate(orgs)]
-    sources = [
-        BatchSource(fit, config.batch_size, derive_seed(config.seed, i), device) for i, (fit, _) in enumerate(split)
-    ]
-    held = sp.vstack([h for _, h in split]).tocsr()
-    client = FamilyClient(
-        "server",
-        family,
-        family.create_model(vocab_size, config, device),
-        SynchronisedStreams(sources),
-        held,
-        derive_seed(config.seed, 2000, 0),
-    )
-    model = family.create_model(vocab_size, config, device)
-    epoch = family.steps_per_epoch(max(fit.shape[0] for fit, _ in split), config)
-    server = FederatedServer(family.strategy(model, config), stopping_rule(config, epoch, True), name="sync")
-    history = server.run(InProcessEngine([client]), progress=False)
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    return TrainedModel("sync", "sync", orgs, vocab_size, config, state, history, best_round=server.best_round)
 
 
 def topic_diversity(beta: np.ndarray, top: int = 25) -> float:

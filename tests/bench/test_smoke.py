@@ -75,6 +75,19 @@ def test_bench_quality_smoke() -> None:
     assert "| skipped |" in reference or reference.endswith("| 1.00x |"), reference
 
 
+def test_bench_quality_sync_scenario_smoke() -> None:
+    """Synchronised BatchNorm (the federated streams, one normalised batch per step) is scored
+    like the other systems; the scenarios not asked for say so."""
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    out = run_bench("bench_quality.py", "--smoke", "--no-reference", "--scenarios", "sync")
+    row = next(
+        line for line in out.splitlines() if line.startswith("| ours, synchronised BatchNorm (5 organisations) |")
+    )
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert all(float(c) == float(c) for c in cells[1:8]), row  # NPMI .. documents / CPU-s: numbers, none NaN
+    assert "| ours, federated (5 organisations) | skipped" in out and "| ours, centralized | skipped" in out
+
+
 def test_bench_vocab_floors_smoke() -> None:
     assert DEMO_WHEEL.is_file(), "run 'make install' first"
     out = run_bench("bench_vocab_floors.py", "--smoke")
