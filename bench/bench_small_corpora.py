@@ -8,9 +8,10 @@ environment's ``privacy`` block, vectorise) with parameter overrides:
 * ``vocab``: per setting, the common vocabulary's size, what the floors removed, the smallest
   organisation's vocabulary tokens; no training.
 * ``curve``: per setting, trains the federated and centralized scenarios exactly as `kedro run`
-  does (run_federation) and scores the model every ``--every`` pooled passes: pooled NPMI
-  (gensim c_npmi, top 10, on the pooled preprocessed training texts), topic diversity (top 25),
-  duplicate topic pairs (top 10 sharing >= 5 words), largest overlap, inverted RBO.
+  does (run_federation) and scores the model every ``--every`` pooled passes with
+  ``bench_learning_curve.Scorer`` (the evaluate pipeline's pooled NPMI from summed counts, here
+  over the training texts; diversity, duplicate topic pairs, largest overlap, inverted RBO,
+  macro-F1).
 
 A setting is ``key=value`` pairs, comma-separated: ``min_df`` (an int or a share), ``max_df``,
 ``top_n``, ``min_count``, ``min_total_count``, ``min_organisations``, ``vocab_k``, ``batch``.
@@ -27,18 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
+from bench_learning_curve import Curve, Scorer
 from common import ROOT, demo_tables, project_config
-from gensim.corpora import Dictionary
-from gensim.models.coherencemodel import CoherenceModel
 
-from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
+from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 
 logger = logging.getLogger("bench.small_corpora")
 KEYS = {
@@ -94,41 +93,6 @@ def vocab_row(env: str, raw: Path | None, setting: str) -> dict[str, Any]:
     }
 
 
-class Scores:
-    """Observer: every ``every`` rounds, the model's pooled NPMI, diversity and redundancy."""
-
-    def __init__(self, terms, texts, every: int, total: int, docs_per_round: int, pooled: int) -> None:
-        self.terms, self.texts, self.dictionary = terms, texts, Dictionary(texts)
-        self.every, self.total, self.docs_per_round, self.pooled = every, total, docs_per_round, pooled
-        self.rows: list[dict[str, Any]] = []
-        self.started = time.perf_counter()
-
-    def __call__(self, server) -> None:
-        done = server.next_round
-        if done % self.every and done != self.total:
-            return
-        with torch.no_grad():
-            beta = server.strategy.model.topic_word().cpu().numpy()
-        top10, top25 = top_words(beta, self.terms, 10), top_words(beta, self.terms, 25)
-        npmi = CoherenceModel(
-            topics=top10, texts=self.texts, dictionary=self.dictionary, coherence="c_npmi", processes=1
-        ).get_coherence()
-        red = redundancy(top10, 5)
-        self.rows.append(
-            {
-                "round": done,
-                "passes": round(done * self.docs_per_round / self.pooled, 1),
-                "npmi": round(float(npmi), 4),
-                "diversity": round(topic_diversity(top25), 3),
-                "duplicate_pairs": len(red.duplicate_pairs),
-                "largest_overlap": red.largest_overlap,
-                "inverted_rbo": round(red.inverted_rbo, 3),
-                "seconds": round(time.perf_counter() - self.started, 1),
-                "topics": [" ".join(t) for t in top10] if done == self.total else None,
-            }
-        )
-
-
 def curve(env: str, raw: Path | None, setting: str, scenario: str, passes: float, every: float) -> list[dict[str, Any]]:
     """Train one scenario for ``passes`` pooled passes and score it every ``every`` passes."""
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
@@ -138,7 +102,7 @@ def curve(env: str, raw: Path | None, setting: str, scenario: str, passes: float
 
     vocabulary, bows, texts, params, _ = site_steps(env, raw, setting)
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
-    orgs, pooled_texts = list(matrices), [t for org in bows for t in texts[org]]
+    orgs = list(matrices)
     pooled = sum(m.shape[0] for m in matrices.values())
     batch = overrides(setting).get("train", {}).get("batch_size", params["train"]["batch_size"])
     sizes = [m.shape[0] for m in matrices.values()]  # a federated batch is capped by the organisation's documents
@@ -146,8 +110,10 @@ def curve(env: str, raw: Path | None, setting: str, scenario: str, passes: float
     total = max(1, round(passes * pooled / docs_per_round))
     train = {"max_steps": total, "max_epochs": None, "scenarios": [scenario]}
     _, config = project_config(env, {**overrides(setting), "train": {**overrides(setting).get("train", {}), **train}})
-    scores = Scores(vocabulary["term"].tolist(), pooled_texts, max(1, round(every * pooled / docs_per_round)),
-                    total, docs_per_round, pooled)  # fmt: skip
+    evaluate = from_mapping(EvaluateConfig, params["evaluate"], "evaluate")
+    tests = {org: bow.subset("test") for org, bow in bows.items()}
+    scorer = Scorer(vocabulary["term"].tolist(), tests, texts, evaluate)  # the evaluate pipeline's scores
+    scores = Curve(scorer, max(1, round(every * pooled / docs_per_round)), docs_per_round, total, pooled)
     if scenario == "federated":
         endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None
     else:
@@ -158,7 +124,10 @@ def curve(env: str, raw: Path | None, setting: str, scenario: str, passes: float
                    progress=False)  # fmt: skip
     logger.info("%s %s: %d terms, %d pooled training documents, %d rounds", setting or "default", scenario,
                 len(vocabulary), pooled, total)  # fmt: skip
-    return [{"setting": setting or "default", "scenario": scenario, "terms": len(vocabulary), **r} for r in scores.rows]
+    facts = {"setting": setting or "default", "scenario": scenario, "terms": len(vocabulary)}
+    # the JSON lines keep this sweep's column name for the pairs
+    renamed = ({"duplicate_pairs" if k == "duplicate_topic_pairs" else k: v for k, v in r.items()} for r in scores.rows)
+    return [{**facts, **row} for row in renamed]
 
 
 def main() -> None:
