@@ -105,7 +105,7 @@ class Consensus:
 def total_count_floor(setting: int | float, table: pd.DataFrame) -> int:
     """``vocab_consensus.min_total_count`` as a count: itself, or (a float) that share of the merged
     terms' summed proposed counts, rounded up, so that the floor scales with the corpus."""
-    return setting if isinstance(setting, int) else count_from(setting, int(table["frequency"].sum()))
+    return count_from(setting, int(table["frequency"].sum()))
 
 
 def keep_min_terms(merged: pd.DataFrame, passes: pd.Series, config: ConsensusConfig, least: int) -> int:
@@ -116,9 +116,8 @@ def keep_min_terms(merged: pd.DataFrame, passes: pd.Series, config: ConsensusCon
     if not config.min_terms or least <= 0:
         return least
     eligible = merged.loc[passes & (merged["n_organisations"] >= config.min_organisations), "frequency"]
-    if int((eligible >= least).sum()) >= config.min_terms:
-        return least
-    found = largest_floor(eligible, below=least, terms=config.min_terms)
+    kept = int((eligible >= least).sum())
+    found = None if kept >= config.min_terms else largest_floor(eligible, below=least, terms=config.min_terms)
     if not found:
         return least
     logger.info(
@@ -126,7 +125,7 @@ def keep_min_terms(merged: pd.DataFrame, passes: pd.Series, config: ConsensusCon
         "'vocab_consensus.min_terms' = %d: lowered to %d, which keeps %d of them",
         config.min_total_count,
         least,
-        int((eligible >= least).sum()),
+        kept,
         config.min_terms,
         found[0],
         found[1],
