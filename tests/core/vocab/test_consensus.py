@@ -164,6 +164,8 @@ def test_the_report_says_what_the_floors_took_from_each_organisation() -> None:
         ({"min_organisations": 0}, "vocab_consensus.min_organisations"),
         ({"min_total_count": -1}, "min_total_count"),
         ({"min_total_count": 1.5}, "min_total_count"),
+        ({"min_terms": -1}, "vocab_consensus.min_terms"),
+        ({"min_terms": 0.5}, "vocab_consensus.min_terms"),
     ],
 )
 def test_floor_parameters_are_validated(block, where) -> None:
