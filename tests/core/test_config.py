@@ -60,7 +60,7 @@ PROBES = [
     ({"max_steps": 2.5}, None, "train.max_steps", "integer"),
     ({"max_steps": True}, None, "train.max_steps", "integer"),
     ({"n_topics": 2.5}, "model", "train.model.n_topics", "integer"),
-    ({"normalization": "group"}, "model", "train.model.normalization", "'batch', 'layer' or 'none'"),
+    ({"normalization": "group"}, "model", "train.model.normalization", "'batch', 'pooled_batch', 'layer' or 'none'"),
     ({"betas": [2, -1]}, "optimizer", "train.optimizer.betas[0]", "less than 1"),
     ({"mlflow_every": "10"}, None, "train.mlflow_every", "integer"),
     ({"run_timeout_s": "1h"}, "flower", "train.flower.run_timeout_s", "number"),
@@ -125,6 +125,20 @@ def test_a_nested_blocks_own_checks_keep_other_blocks_names() -> None:
     decoder = {"normalization": "layer", "decoder_normalization": "batch"}
     with pytest.raises(ConfigError, match=r"with 'train.model.decoder_normalization: batch'"):
         from_mapping(TrainConfig, {"model": decoder, "aggregation": {"rule": "fedavg"}}, "train")
+
+
+def test_pooled_batchnorm_refuses_what_it_cannot_honour() -> None:
+    pooled = {"normalization": "pooled_batch"}
+    refused = r"'train.aggregation.rule' is 'fedavg' with 'train.model.normalization: pooled"
+    with pytest.raises(ConfigError, match=refused):
+        from_mapping(TrainConfig, {"model": pooled, "aggregation": {"rule": "fedavg"}}, "train")
+    with pytest.raises(ConfigError, match=r"mix 'batch'.*with 'pooled_batch'"):
+        from_mapping(TrainConfig, {"model": {**pooled, "decoder_normalization": "batch"}}, "train")
+    secure = {"model": {"normalization": "layer", "decoder_normalization": "pooled_batch"}}
+    secure["privacy"] = {"secure_aggregation": True}
+    with pytest.raises(ConfigError, match=r"secure_aggregation' is on with 'train.model.decoder_normalization: pooled"):
+        from_mapping(TrainConfig, secure, "train")
+    assert from_mapping(TrainConfig, {"model": pooled}, "train").model.pooled()
 
 
 def test_direct_construction_is_validated_too() -> None:

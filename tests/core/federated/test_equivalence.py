@@ -24,7 +24,7 @@ from fedtopic_pipelines.core.federated.batching import BatchSource
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
-from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.models.prodlda import Draws, ProdLDA
 from fedtopic_pipelines.core.seeds import derive_seed
 from tests.conftest import poisson_matrices
 from tests.core.federated.test_family_contract import ConcatenatedStreams
@@ -111,3 +111,48 @@ def test_federated_equals_a_plain_pytorch_reference() -> None:
     ref = _reference(torch.float64)
     worst = max((fed[k] - ref[k]).abs().max().item() for k in fed)
     assert worst <= 1e-10, worst
+
+
+def test_pooled_batchnorm_equals_batchnorm_over_every_organisations_batch() -> None:
+    """``pooled_batch``: three organisations' exchanged sums and gradients give the step a plain
+    PyTorch BatchNorm model takes on their concatenated batch (one backward pass, running
+    statistics of the whole batch), float64, several SGD steps."""
+    pooled = CONFIG.replace(normalization="pooled_batch")
+    optimizer = OptimizerConfig(name="sgd", lr=0.05)
+    matrices = poisson_matrices((50, 37, 80), V)
+    config = TrainConfig(model=pooled, optimizer=optimizer, batch_size=BATCH, seed=11, device="cpu")
+
+    def sources() -> list[BatchSource]:
+        return [BatchSource(m, BATCH, derive_seed(7, i), torch.device("cpu")) for i, m in enumerate(matrices)]
+
+    clients = [
+        FamilyClient(f"org{i}", FAMILY, ProdLDA.create(V, pooled, seed=11).double(), s) for i, s in enumerate(sources())
+    ]
+    federated = ProdLDA.create(V, pooled, seed=11).double()
+    server = FederatedServer(FAMILY.strategy(federated, config), StoppingRule(5))
+    history = server.run(InProcessEngine(clients), progress=False)
+    assert all(r.exchanges == 5 for r in history)  # 2 groups: 2 sums and 2 derivatives before the gradient
+
+    reference = ProdLDA.create(V, CONFIG, seed=11).double()  # nn-style BatchNorm over what it is given
+    reference.train()
+    streams = sources()
+    for _ in range(5):
+        bows, draws = [], []
+        for stream in streams:
+            ((bow, noise),) = stream.next_batches()
+            bows.append(bow.to_dense().double())
+            draws.append(reference.draws(bows[-1].shape[0], noise))
+        joined = Draws(*(torch.cat(parts) if parts[0] is not None else None for parts in zip(*draws, strict=True)))
+        stats: dict[str, torch.Tensor] = {}
+        rl, kl = reference(torch.cat(bows), joined, stats)
+        reference.zero_grad()
+        (rl + kl).mean().backward()
+        with torch.no_grad():
+            for p in reference.parameters():
+                p -= optimizer.lr * p.grad
+        reference.apply_statistics(stats)
+    expected = reference.state_dict()
+    worst = max(float((federated.state_dict()[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-10, worst
+    moved = ProdLDA.create(V, CONFIG, seed=11).double().state_dict()
+    assert max(float((expected[k] - moved[k]).abs().max()) for k in expected) > 1e-3

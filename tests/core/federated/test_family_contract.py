@@ -56,6 +56,13 @@ class ConcatenatedStreams:
     def next_batches(self):
         return [pair for stream in self.streams for pair in stream.next_batches()]
 
+    def state_dict(self):  # pooled BatchNorm's exchanges put the stream back after each
+        return {f"{i}.{k}": v for i, stream in enumerate(self.streams) for k, v in stream.state_dict().items()}
+
+    def load_state_dict(self, state) -> None:
+        for i, stream in enumerate(self.streams):
+            stream.load_state_dict({k.removeprefix(f"{i}."): v for k, v in state.items() if k.startswith(f"{i}.")})
+
 
 @dataclass(frozen=True)
 class FamilyCase:
@@ -94,6 +101,8 @@ CASES: dict[str, FamilyCase] = {
             {"normalization": "layer", "decoder_normalization": "centred", "word_bias": True},
             {"normalization": "layer", "decoder_normalization": "standardised"},
             {"normalization": "layer", "decoder_normalization": "batch"},
+            {"normalization": "pooled_batch"},
+            {"normalization": "layer", "decoder_normalization": "pooled_batch"},
         ),
     ),
     **{
@@ -115,7 +124,11 @@ CASES: dict[str, FamilyCase] = {
             preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
             consensus={"top_n": 50, "min_count": 0, "merge": "union"},
             concatenated=ConcatenatedStreams,
-            variants=({"normalization": "layer"},) if family == "combinedtm" else (),  # ZeroShotTM: batch only
+            variants=(
+                ({"normalization": "layer"}, {"normalization": "pooled_batch"})
+                if family == "combinedtm"
+                else ({"normalization": "pooled_batch"},)  # ZeroShotTM: batch or pooled_batch only
+            ),
         )
         for family in ("combinedtm", "zeroshottm")
     },

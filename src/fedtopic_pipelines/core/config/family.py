@@ -23,6 +23,11 @@ class FamilyConfig(ConfigModel):
         neither local epochs nor DP can treat a batch's statistics as the accountant would."""
         return False
 
+    def pooled(self) -> bool:
+        """Whether that coupling spans every organisation's batch of a step (pooled BatchNorm): then
+        each step exchanges statistics in the clear before its update."""
+        return False
+
     def batch_setting(self) -> str:
         """The setting that couples a batch's documents, for messages (``batch_coupled``)."""
         return "the model's batch normalisation"

@@ -27,10 +27,12 @@ class ProdLDAConfig(FamilyConfig):
     dropout: Fraction = 0.2
     learn_priors: bool = True
     # How mu, log-sigma and the decoder logits are normalised (docs/batchnorm.md): "batch"
-    # (CTM's affine-free BatchNorm: statistics of each client's batch), "layer" (affine-free
-    # LayerNorm over each document's units: no batch coupling, so federated = pooled on any
-    # batch grouping) or "none".
-    normalization: Literal["batch", "layer", "none"] = "batch"
+    # (CTM's affine-free BatchNorm: statistics of each client's batch), "pooled_batch" (the same
+    # BatchNorm over the step's batch of every organisation together: synchronised, its sums
+    # exchanged before each FedSGD step, so federated = centralized on the same documents),
+    # "layer" (affine-free LayerNorm over each document's units: no batch coupling, so
+    # federated = pooled on any batch grouping) or "none".
+    normalization: Literal["batch", "pooled_batch", "layer", "none"] = "batch"
     # The decoder's own normalisation, when it should differ from ``normalization`` (None: the
     # same). Besides batch / layer / none: "centred" subtracts each word's mean over the topics
     # from beta's column (a word's background no longer lives in beta, as under BatchNorm, but
@@ -38,7 +40,10 @@ class ProdLDAConfig(FamilyConfig):
     # deviation over the topics; "+layer" then also normalises each document's logits as "layer"
     # does (docs/batchnorm.md, section 7).
     decoder_normalization: (
-        Literal["batch", "layer", "none", "centred", "standardised", "centred+layer", "standardised+layer"] | None
+        Literal[
+            "batch", "pooled_batch", "layer", "none", "centred", "standardised", "centred+layer", "standardised+layer"
+        ]
+        | None
     ) = None
     # A learned per-word offset added to the decoder's normalised logits (a background
     # log-frequency, as in Card et al.'s Scholar): frequent words no longer need a large
@@ -52,11 +57,26 @@ class ProdLDAConfig(FamilyConfig):
         return self.decoder_normalization or self.normalization
 
     def batch_coupled(self) -> bool:
-        return "batch" in (self.normalization, self.decoder)
+        return bool({"batch", "pooled_batch"} & {self.normalization, self.decoder})
+
+    def pooled(self) -> bool:
+        """Whether a BatchNorm layer pools its statistics over the organisations (exchanges per step)."""
+        return "pooled_batch" in (self.normalization, self.decoder)
 
     def batch_setting(self) -> str:
-        which = "normalization" if self.normalization == "batch" else "decoder_normalization"
-        return f"'train.model.{which}: batch'"
+        batch = ("batch", "pooled_batch")
+        which = "normalization" if self.normalization in batch else "decoder_normalization"
+        return f"'train.model.{which}: {getattr(self, which)}'"
+
+    @model_validator(mode="after")
+    def _one_batch_kind(self) -> Self:
+        kinds = {self.normalization, self.decoder}
+        if {"batch", "pooled_batch"} <= kinds:
+            raise ValueError(
+                "'train.model.normalization' and 'train.model.decoder_normalization' mix 'batch' (each organisation's "
+                "statistics) with 'pooled_batch' (every organisation's); choose one of them for both"
+            )
+        return self
 
 
 class CombinedTMConfig(ProdLDAConfig):
@@ -95,9 +115,10 @@ class ZeroShotTMConfig(ProdLDAConfig):
         # LayerNorm or no normalisation let every document collapse onto the same topic
         # proportions (their std over documents 0.0002 and 0.0001, macro-F1 0.03 and 0.01);
         # BatchNorm, CTM's, standardises mu over the batch's documents and does not.
-        if self.normalization != "batch":
+        if self.normalization not in ("batch", "pooled_batch"):
             raise ValueError(
-                f"ZeroShotTM needs 'train.model.normalization: batch' (CTM's), not {self.normalization!r}: without "
+                f"ZeroShotTM needs 'train.model.normalization: batch' (CTM's) or 'pooled_batch', not "
+                f"{self.normalization!r}: without "
                 "BatchNorm its documents collapse onto the same topic proportions (docs/ctm.md)"
             )
         return self

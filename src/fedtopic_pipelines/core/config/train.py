@@ -126,6 +126,12 @@ class TrainConfig(ConfigModel):
                 "batch's BatchNorm means and variances, in the clear and outside what the accountant bounds; use "
                 "normalization layer or none (docs/privacy.md)"
             )
+        if privacy.secure_aggregation and self.model.pooled():
+            raise ValueError(
+                f"'privacy.secure_aggregation' is on with {self.model.batch_setting()}: pooled BatchNorm's sums go to "
+                "the server in the clear before each step, outside the secure sum; use normalization batch, layer or "
+                "none (docs/batchnorm.md)"
+            )
         if privacy.dp.on and self.validation_fraction > 0:
             raise ValueError(
                 f"'privacy.dp' is on with 'train.validation_fraction: {self.validation_fraction}': every validation "

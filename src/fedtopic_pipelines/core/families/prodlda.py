@@ -9,6 +9,7 @@ Federated training equals centralized training on the concatenated mini-batches
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 
@@ -24,8 +25,9 @@ from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource, max_batch_rows
 from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
-from fedtopic_pipelines.core.federated.strategies import BatchStatistics, FedSGD
-from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.federated.pooled import backward_group, forward_group, grad_names, sum_names
+from fedtopic_pipelines.core.federated.strategies import BatchStatistics, FedSGD, PooledFedSGD
+from fedtopic_pipelines.core.models.prodlda import PassComplete, PooledPass, ProdLDA
 from fedtopic_pipelines.core.privacy.dpsgd import private_gradient
 
 VALIDATION_CHUNK = 1024
@@ -81,12 +83,41 @@ class ProdLDAFamily(BagOfWordsData):
         shared = set(self.shared_names(model))
         grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
         statistics = weighted_mean([p.statistics for p in parts], [p.n for p in parts])
-        losses = {
-            "loss": float(loss.detach()),
-            "kl": float(sum(p.kl * (p.n / n) for p in parts)),
-            "reconstruction": float(sum(p.reconstruction * (p.n / n) for p in parts)),
-        }
-        return LocalStep(grads, n, losses, statistics=statistics)
+        return LocalStep(grads, n, _losses(parts), statistics=statistics)
+
+    def pooled_step(
+        self,
+        model: ProdLDA,
+        stream: BatchSource | GhostBatchSource,
+        state: Mapping[str, torch.Tensor],
+        phase: int,
+        total: float,
+    ) -> LocalStep:
+        """One exchange of a pooled-BatchNorm step (core/federated/pooled.py): this organisation's
+        sums of a group (forward), its derivatives with respect to a group's pooled sums
+        (backward), or its gradient (``phase`` 2G). Only the last advances the stream."""
+        model.train()
+        groups = model.pooled_groups()
+        forward, backward = forward_group(phase, len(groups)), backward_group(phase, len(groups))
+        if forward is not None:
+            return _keep_position(stream, lambda: _collect_sums(model, stream, groups, forward, state, total))
+        done = [layer for group in groups for layer in group]
+        sums = {layer: tuple(state[n].to(torch.float64) for n in sum_names(layer)) for layer in done}
+        if backward is not None:
+            leaves = {layer: tuple(t.clone().requires_grad_() for t in sums[layer]) for layer in groups[backward]}
+            later = [layer for group in groups[backward + 1 :] for layer in group]
+            objective, parts = _pooled_objective(model, stream, {**sums, **leaves}, total, state, later)
+            wrt = [t for layer in groups[backward] for t in leaves[layer]]
+            derivatives = torch.autograd.grad(objective, wrt)
+            names = [n for layer in groups[backward] for n in grad_names(layer)]
+            n = sum(p.n for p in parts)
+            return LocalStep({k: d.detach() for k, d in zip(names, derivatives, strict=True)}, n, {})
+        model.zero_grad(set_to_none=True)
+        objective, parts = _pooled_objective(model, stream, sums, total, state, done, keep=False)
+        objective.backward()
+        shared = set(self.shared_names(model))
+        grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
+        return LocalStep(grads, sum(p.n for p in parts), _losses(parts))
 
     def private_step(
         self, model: ProdLDA, stream: BatchSource | GhostBatchSource, bound: float, std: float, noise: torch.Generator
@@ -126,6 +157,8 @@ class ProdLDAFamily(BagOfWordsData):
         return total / n, n
 
     def strategy(self, model: ProdLDA, config: TrainConfig) -> FedSGD:
+        if model.pooled_groups():  # pooled_batch: the step's exchanges before its gradient
+            return PooledFedSGD(model, config.optimizer, shared=self.shared_names(model), metric_names=self.loss_names)
         return FedSGD(
             model,
             config.optimizer,
@@ -152,3 +185,59 @@ class ProdLDAFamily(BagOfWordsData):
                 "'vocab_consensus.min_organisations' (the consensus report's per_organisation entry says what they "
                 "took from each organisation)"
             )
+
+
+def _losses(parts: Sequence) -> dict[str, float]:
+    """A step's named loss terms: its batches' means weighted by their documents."""
+    n = sum(p.n for p in parts)
+    return {
+        "loss": float(sum(p.loss.detach() * (p.n / n) for p in parts)),
+        "kl": float(sum(p.kl * (p.n / n) for p in parts)),
+        "reconstruction": float(sum(p.reconstruction * (p.n / n) for p in parts)),
+    }
+
+
+def _keep_position(stream: BatchSource | GhostBatchSource, exchange):
+    """Run ``exchange`` on the stream's next batches, then put the stream back where it was: the
+    step's later exchanges draw the same documents, dropout masks and noise."""
+    position = stream.state_dict()
+    try:
+        return exchange()
+    finally:
+        stream.load_state_dict(position)
+
+
+def _collect_sums(model: ProdLDA, stream, groups: list[list[str]], group: int, state, total: float) -> LocalStep:
+    """A forward exchange: this organisation's sums of ``group``'s inputs, given the pooled sums
+    of the groups before it (nothing past the group is computed)."""
+    before = [layer for g in groups[:group] for layer in g]
+    given = {layer: tuple(state[n].to(torch.float64) for n in sum_names(layer)) for layer in before}
+    pooled = PooledPass(given, total, collect=tuple(groups[group]))
+    n = 0
+    with torch.no_grad():
+        for batch, noise in stream.next_batches():
+            n += int(model._bow(batch).shape[0])
+            with contextlib.suppress(PassComplete):
+                model.loss_on_batch(batch, noise, pooled)
+    tensors = {n: t for layer in groups[group] for n, t in zip(sum_names(layer), pooled.local[layer], strict=True)}
+    return LocalStep(tensors, n, {})
+
+
+def _pooled_objective(model: ProdLDA, stream, sums, total: float, state, layers: list[str], keep: bool = True):
+    """This organisation's mean loss under the pooled sums, plus N / n times the pooled
+    derivatives of ``layers`` dotted with its own sums of them (core/federated/pooled.py). With
+    ``keep`` the stream is put back afterwards (a backward exchange)."""
+
+    def run():
+        pooled = PooledPass(sums, total)
+        parts = [model.loss_on_batch(batch, noise, pooled) for batch, noise in stream.next_batches()]
+        n = sum(p.n for p in parts)
+        objective = sum(p.loss * (p.n / n) for p in parts)
+        scale = total / n
+        for layer in layers:
+            g1, g2 = (state[name].to(torch.float64) for name in grad_names(layer))
+            s1, s2 = pooled.local[layer]
+            objective = objective + (scale * ((g1 * s1).sum() + (g2 * s2).sum())).to(objective.dtype)
+        return objective, parts
+
+    return _keep_position(stream, run) if keep else run()

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily, PrivateSteps
+from fedtopic_pipelines.core.federated.family import BatchStream, ModelFamily, PooledNorm, PrivateSteps
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
+from fedtopic_pipelines.core.federated.pooled import PHASE_KEY, TOTAL_KEY
 from fedtopic_pipelines.core.privacy.defences import DP_LEVEL_KEY, NOISE_KEYS, noise_generator, privatize
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,13 @@ class FamilyClient:
                 f"client '{self.client_id}': sample-level DP (DP-SGD) is built for one gradient step per round of "
                 f"a family with per-document gradients, not for '{action}' of {self.family.name}"
             )
-        if local_round:  # weights after local epochs, or a family's statistics over all its documents
+        if PHASE_KEY in instruction.config:  # an exchange of a pooled-BatchNorm step, or its gradient
+            step = self.pooled_step(instruction)
+            if action == UpdateKind.POOLED_NORM.value:  # not the step's last: the client stays at this round
+                return Update(
+                    self.client_id, UpdateKind.POOLED_NORM, step.tensors, step.num_examples, round=instruction.round
+                )
+        elif local_round:  # weights after local epochs, or a family's statistics over all its documents
             self.rejoin(instruction)
             self.load_shared(instruction.state)
             step = self.stream.run(self.model, instruction.round)  # a LocalEpochs: the round's local computation
@@ -95,6 +102,17 @@ class FamilyClient:
             statistics=step.statistics,
             metrics=losses,
             round=instruction.round,
+        )
+
+    def pooled_step(self, instruction: Instruction) -> Any:
+        """One exchange of a pooled-BatchNorm step (core/federated/pooled.py) at the instruction's round."""
+        if not isinstance(self.family, PooledNorm):
+            raise ValueError(f"client '{self.client_id}': {self.family.name} has no pooled BatchNorm")
+        self.catch_up(instruction.round)
+        self.load_shared(instruction.state)
+        config = instruction.config
+        return self.family.pooled_step(
+            self.model, self.stream, instruction.state, int(config[PHASE_KEY]), float(config[TOTAL_KEY])
         )
 
     def privatize(self, instruction: Instruction, tensors: dict[str, torch.Tensor], weights: bool) -> dict:

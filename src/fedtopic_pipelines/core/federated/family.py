@@ -152,6 +152,19 @@ class Streaming(Protocol):
 
 
 @runtime_checkable
+class PooledNorm(Protocol):
+    """A streaming family whose model can normalise over every organisation's batch of a step
+    (``pooled_batch``): it computes one exchange of the step (``core/federated/pooled.py``) on
+    its stream, from the broadcast ``state`` (parameters and the sums and derivatives exchanged
+    so far). Every exchange but the last (``phase`` 2G, the gradient) leaves the stream where
+    it was, so that each one sees the same documents and draws."""
+
+    def pooled_step(
+        self, model: nn.Module, stream: BatchStream, state: Mapping[str, torch.Tensor], phase: int, total: float
+    ) -> LocalStep: ...
+
+
+@runtime_checkable
 class LocalRounds(Protocol):
     """A family whose round is its own local computation over all an organisation's documents
     (NMF's local epochs on W and H, PC-TD's E-step), seeded by the round."""

@@ -20,6 +20,7 @@ class UpdateKind(StrEnum):
     WEIGHTS = "weights"  # FedAvg / FedOpt: weights after E local epochs (FedNMF)
     SPARSE_ROWS = "sparse_rows"  # row-indexed gradients: indices + values (Fed-W2V sec. 4.5.1)
     STATISTICS = "statistics"  # EM sufficient statistics (PC-TD)
+    POOLED_NORM = "pooled_norm"  # pooled BatchNorm's sums and derivatives before a FedSGD step (pooled.py)
     METRICS = "metrics"  # evaluation only: scalar metrics on local validation documents, no tensors
 
 

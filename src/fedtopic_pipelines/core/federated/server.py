@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.federated.aggregation import UpdateRejected, validate_metrics_update
 from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Instruction, Replies, Update
-from fedtopic_pipelines.core.federated.strategies import Strategy
+from fedtopic_pipelines.core.federated.strategies import Exchanging, Strategy
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class RoundRecord:
     validation_loss: float | None = None
     client_bytes: dict[str, int] = field(default_factory=dict)  # what each accepted update carried
     sampled: list[str] = field(default_factory=list)  # the organisations asked this round (client sampling)
+    exchanges: int = 1  # messages each organisation answered this round (pooled BatchNorm adds its own)
 
     @property
     def loss(self) -> float:
@@ -82,6 +83,17 @@ class RoundRecord:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RoundRecord:
         return cls(**raw)
+
+
+@dataclass
+class _Exchanges:
+    """What a round's exchanges before its instruction saw: how many ran, what each organisation's
+    accepted answers carried, and who was rejected or failed (and why)."""
+
+    count: int = 0
+    bytes: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 class FederatedServer:
@@ -162,16 +174,70 @@ class FederatedServer:
             logger.warning("%s round %d: update from client '%s' rejected: %s", self.name, round_, cid, reason)
         return accepted, rejected
 
+    def _with_context(self, instruction: Instruction) -> Instruction:
+        if not self.context:
+            return instruction
+        return dataclasses.replace(instruction, config={**instruction.config, **self.context})
+
+    def _exchange(
+        self, engine: Engine, round_: int, sampled: list[str] | None, record: _Exchanges
+    ) -> list[str] | None:
+        """Run the strategy's exchanges before its training instruction (:class:`Exchanging`); returns
+        the organisations that answered every one. One that fails or is rejected in an exchange
+        after the first would leave its documents in sums it no longer answers for: the step's
+        exchanges start again without it (the exchanges draw nothing, so a restart is exact)."""
+        members = sampled
+        while True:
+            exchanges = self.strategy.exchanges(round_)  # type: ignore[attr-defined]
+            answered: list[str] | None = None
+            try:
+                instruction = next(exchanges)
+                while True:
+                    instruction = self._with_context(instruction)
+                    replies = engine.broadcast(instruction, **({} if members is None else {"to": members}))
+                    record.failed.update(replies.failures)
+
+                    def check(update: Update, capacity: int | None, instruction: Instruction = instruction) -> None:
+                        self.strategy.validate_exchange(update, capacity, instruction)  # type: ignore[attr-defined]
+
+                    accepted, rejected = self._screen(list(replies.updates), round_, check, self.capacity)
+                    record.rejected.update(rejected)
+                    record.count += 1
+                    for update in accepted:
+                        record.bytes[update.client_id] = record.bytes.get(update.client_id, 0) + update.nbytes
+                    if not accepted:
+                        raise NoUsableUpdates(
+                            f"{self.name} round {round_}: no usable answer to exchange {record.count} "
+                            f"(rejected {rejected}, failed {replies.failures})"
+                        )
+                    ids = [u.client_id for u in accepted]
+                    if answered is not None and set(ids) != set(answered):
+                        lost = sorted(set(answered) - set(ids))
+                        logger.warning(
+                            "%s round %d: %s left the step's exchanges; they start again without them",
+                            self.name,
+                            round_,
+                            lost,
+                        )
+                        members = ids
+                        break
+                    answered = members = ids
+                    instruction = exchanges.send(accepted)
+            except StopIteration:
+                return answered
+
     def run_round(self, engine: Engine, round_: int) -> RoundRecord:
         """One synchronous round; rejected or failed clients are logged and left out."""
-        instruction = self.strategy.instruction(round_)
-        if self.context:
-            instruction = dataclasses.replace(instruction, config={**instruction.config, **self.context})
         sampled = self.sample(round_) if self.sample is not None else None
+        exchanged = _Exchanges()
+        if isinstance(self.strategy, Exchanging):
+            sampled = self._exchange(engine, round_, sampled, exchanged)
+        instruction = self._with_context(self.strategy.instruction(round_))
         replies = engine.broadcast(instruction) if sampled is None else engine.broadcast(instruction, to=sampled)
         accepted, rejected = self._screen(
             list(replies.updates), round_, self.strategy.validate, self.capacity, replies.contributors
         )
+        rejected = {**exchanged.rejected, **rejected}
         if self.screen is not None and accepted:
             accepted, screened = self.screen(accepted, self.strategy, round_)
             rejected.update(screened)
@@ -204,10 +270,11 @@ class FederatedServer:
             metrics={**metrics, **server_metrics},
             num_examples=n,
             client_loss={u.client_id: float(u.metrics.get("loss", math.nan)) for u in accepted},
-            client_bytes={u.client_id: u.nbytes for u in accepted},
+            client_bytes={u.client_id: u.nbytes + exchanged.bytes.get(u.client_id, 0) for u in accepted},
             rejected=rejected,
-            failed=dict(replies.failures),
-            sampled=list(sampled or []),
+            failed={**exchanged.failed, **replies.failures},
+            sampled=list(sampled or []) if self.sample is not None else [],
+            exchanges=1 + exchanged.count,
         )
 
     def validate(self, engine: Engine, round_: int) -> float | None:

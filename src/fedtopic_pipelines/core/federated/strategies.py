@@ -8,8 +8,8 @@ the stopping rule may read. The server around it is the same for every family.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -24,6 +24,14 @@ from fedtopic_pipelines.core.federated.aggregation import (
     weighted_mean,
 )
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
+from fedtopic_pipelines.core.federated.pooled import (
+    PHASE_KEY,
+    TOTAL_KEY,
+    backward_group,
+    forward_group,
+    grad_names,
+    sum_names,
+)
 
 
 class Strategy(Protocol):
@@ -208,6 +216,120 @@ class FedSGD:
         if before is None:
             return recorded
         return {**recorded, self.convergence_metric: self.relative_change(before)}
+
+
+@runtime_checkable
+class Exchanging(Protocol):
+    """A strategy whose round first runs exchanges of its own (pooled BatchNorm's sums and their
+    derivatives) with the organisations that answer them all, then its training instruction."""
+
+    def exchanges(self, round_: int) -> Generator[Instruction, list[Update], None]:
+        """Yields each exchange's instruction and receives its accepted updates."""
+        ...
+
+    def validate_exchange(self, update: Update, capacity: int | None, instruction: Instruction) -> None: ...
+
+
+class PooledFedSGD(FedSGD):
+    """FedSGD whose BatchNorm layers normalise each step's batch of every organisation together
+    (``pooled_batch``): before the gradient, 2G exchanges of sums and of derivatives
+    (core/federated/pooled.py). The weighted mean of the gradients is then the gradient of the
+    pooled batch's mean loss, and the running statistics take the pooled batch's mean and
+    variance, as a centralized step on the same documents would (docs/batchnorm.md, section 8).
+
+    A sum is checked as BatchNorm statistics are (:class:`BatchStatistics`), per document: a
+    mean beyond ``MEAN_LIMIT``, a mean square beyond ``VARIANCE_LIMIT`` or a sum of squares
+    below what the sum implies (a negative variance) is rejected, as is a count that differs
+    from the organisation's first exchange of the step.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerConfig,
+        shared: Sequence[str] | None = None,
+        metric_names: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(model, optimizer, None, shared=shared, metric_names=metric_names)
+        self.groups: list[list[str]] = model.pooled_groups()
+        self.sizes = {layer: tuple(getattr(model, layer).running_mean.shape) for g in self.groups for layer in g}
+        self._context: dict[str, torch.Tensor] = {}
+        self._total = 0.0
+        self._counts: dict[str, int] = {}
+
+    def exchanges(self, round_: int) -> Generator[Instruction, list[Update], None]:
+        self.round = round_
+        params = self.parameters()
+        context: dict[str, torch.Tensor] = {}
+        n_groups = len(self.groups)
+        self._total, self._counts = 0.0, {}
+        for phase in range(2 * n_groups):
+            config = {"action": UpdateKind.POOLED_NORM.value, PHASE_KEY: phase, TOTAL_KEY: self._total}
+            updates = yield Instruction(round_, {**params, **context}, config)
+            if phase == 0:
+                self._counts = {u.client_id: u.num_examples for u in updates}
+                self._total = float(sum(self._counts.values()))
+            if forward_group(phase, n_groups) is not None:
+                context.update(total([u.tensors for u in updates]))
+            else:
+                context.update(weighted_mean([u.tensors for u in updates], [u.num_examples for u in updates]))
+        self._context = context
+
+    def instruction(self, round_: int) -> Instruction:
+        self.round = round_
+        config = {"action": self.kind.value, PHASE_KEY: 2 * len(self.groups), TOTAL_KEY: self._total}
+        return Instruction(round_, {**self.parameters(), **self._context}, config)
+
+    def _exchange_specs(self, phase: int) -> dict[str, TensorSpec]:
+        n_groups = len(self.groups)
+        group = forward_group(phase, n_groups)
+        names = sum_names if group is not None else grad_names
+        group = group if group is not None else backward_group(phase, n_groups)
+        if group is None:
+            raise ValueError(f"no pooled exchange {phase} in a step of {2 * n_groups}")
+        return {
+            name: TensorSpec(self.sizes[layer], torch.float64) for layer in self.groups[group] for name in names(layer)
+        }
+
+    def validate_exchange(self, update: Update, capacity: int | None, instruction: Instruction) -> None:
+        phase = int(instruction.config[PHASE_KEY])
+        validate_update(update, UpdateKind.POOLED_NORM, self._exchange_specs(phase), None, capacity, set())
+        if phase > 0 and update.num_examples != self._counts.get(update.client_id):
+            raise UpdateRejected(
+                update.client_id,
+                f"it counts {update.num_examples} documents, {self._counts.get(update.client_id)} in the step's first "
+                "exchange",
+            )
+        if forward_group(phase, len(self.groups)) is None:
+            return
+        n, limits = update.num_examples, BatchStatistics
+        for layer in self.groups[forward_group(phase, len(self.groups))]:
+            s1, s2 = (update.tensors[name] for name in sum_names(layer))
+            if bool((s1.abs() > limits.MEAN_LIMIT * n).any()):
+                raise UpdateRejected(update.client_id, f"a sum of '{layer}' exceeds {limits.MEAN_LIMIT:g} per document")
+            if bool((s2 > limits.VARIANCE_LIMIT * n).any()):
+                raise UpdateRejected(
+                    update.client_id, f"a sum of squares of '{layer}' exceeds {limits.VARIANCE_LIMIT:g} per document"
+                )
+            if bool((s2 < s1 * s1 / n * (1 - 1e-9) - 1e-12).any()):
+                raise UpdateRejected(update.client_id, f"the sums of '{layer}' imply a negative variance")
+
+    def validate(self, update: Update, capacity: int | None) -> None:
+        super().validate(update, capacity)
+        if update.num_examples != self._counts.get(update.client_id):
+            raise UpdateRejected(
+                update.client_id,
+                f"its gradient counts {update.num_examples} documents, {self._counts.get(update.client_id)} in the "
+                "step's exchanges",
+            )
+
+    def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
+        recorded = super().aggregate(updates, measure)
+        sums = {
+            layer: tuple(self._context[name] for name in sum_names(layer)) for group in self.groups for layer in group
+        }
+        self.model.apply_pooled_statistics(sums, self._total)
+        return recorded
 
 
 class SparseRowsSGD(FedSGD):

@@ -57,6 +57,69 @@ class RunningBatchNorm(nn.Module):
         self.running_var.mul_(1 - self.momentum).add_(var, alpha=self.momentum)
 
 
+class PassComplete(Exception):
+    """Raised inside a forward pass once a :class:`PooledPass` has every sum it came for: the rest
+    of the pass is not needed in that exchange."""
+
+
+class PooledPass(dict):
+    """One organisation's side of a pooled (synchronised) BatchNorm step: the statistics of the
+    step's batch over *all* organisations, exchanged as sums (docs/batchnorm.md, section 8).
+
+    ``given`` maps a pooled layer to the pooled sums (S1 = sum of x, S2 = sum of x squared, over
+    every organisation's documents; float64, so the variance S2/N - (S1/N)^2 loses nothing to
+    cancellation) and ``total`` is N. A layer whose sums are given normalises with them; one
+    whose sums are not yet given records this organisation's own sums in ``local`` (and lets its
+    input through), and once the last layer named in ``collect`` (in forward order) has done so
+    the pass on this batch ends with :class:`PassComplete`. ``local`` also holds, for the given
+    layers, this organisation's sums as functions of the parameters: the backward exchanges
+    differentiate through them. It is a dict so that per-organisation BatchNorm layers still
+    write their statistics into it.
+    """
+
+    def __init__(
+        self,
+        given: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+        total: float = 0.0,
+        collect: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__()
+        self.given = given or {}
+        self.total = total
+        self.collect = collect
+        self.local: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def normalise(self, name: str, x: torch.Tensor, eps: float) -> torch.Tensor:
+        wide = x.double()
+        sums = (wide.sum(dim=0), (wide * wide).sum(dim=0))
+        if name in self.local:  # another part of the same step (the centralized trainer's ghost batches)
+            sums = (self.local[name][0] + sums[0], self.local[name][1] + sums[1])
+        self.local[name] = sums
+        if name not in self.given:
+            if self.collect and name == self.collect[-1]:  # the last the pass came for, on this batch
+                raise PassComplete
+            return x
+        s1, s2 = self.given[name]
+        mean = s1 / self.total
+        var = (s2 / self.total - mean * mean).clamp(min=0.0)  # biased, as BatchNorm normalises
+        return (x - mean.to(x.dtype)) * torch.rsqrt(var + eps).to(x.dtype)
+
+
+class PooledBatchNorm(RunningBatchNorm):
+    """Affine-free BatchNorm over the step's batch of *every* organisation (``pooled_batch``):
+    synchronised BatchNorm, its statistics exchanged as sums (:class:`PooledPass`). Outside a
+    pooled pass (one party holding the whole step, or a replay) it is BatchNorm on what it sees,
+    which is then the same thing. Running statistics as :class:`RunningBatchNorm`; the server
+    folds in the pooled batch's."""
+
+    def forward(self, x: torch.Tensor, stats: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
+        if self.training and isinstance(stats, PooledPass):
+            return stats.normalise(name, x, self.eps)
+        if self.training:
+            return F.batch_norm(x, None, None, training=True, eps=self.eps)
+        return super().forward(x, stats, name)
+
+
 class DocumentNorm(nn.Module):
     """Affine-free LayerNorm over each document's units (``normalization: layer``).
 
@@ -88,6 +151,8 @@ def _norm(kind: str, size: int) -> nn.Module:
     the decoder's ``centred`` and ``standardised`` act on beta instead (:func:`decoder_weight`)."""
     if kind == "batch":
         return RunningBatchNorm(size)
+    if kind == "pooled_batch":
+        return PooledBatchNorm(size)
     return DocumentNorm() if kind.endswith("layer") else NoNorm()
 
 
@@ -174,7 +239,7 @@ class ProdLDA(nn.Module):
         # (CTM keeps the bias; the function computed is the same). See docs/batchnorm.md.
         # LayerNorm removes only a bias shared by all units, so there (and without
         # normalisation) the per-topic bias is a real parameter and is kept.
-        bias = config.normalization != "batch"  # the encoder's normalisation
+        bias = "batch" not in config.normalization  # the encoder's normalisation (batch, pooled_batch)
         self.f_mu = nn.Linear(sizes[-1], k, bias=bias)
         self.f_sigma = nn.Linear(sizes[-1], k, bias=bias)
         # affine=False as in CTM: a learned scale would let the encoder undo the
@@ -263,13 +328,17 @@ class ProdLDA(nn.Module):
         logvar_det_division = prior_var.log().sum() - log_var.sum(dim=1)
         return 0.5 * (var_division + diff_term - self.n_topics + logvar_det_division)
 
-    def loss_on_batch(self, bow: torch.Tensor, generator: torch.Generator | None) -> BatchLoss:
-        """Mean negative ELBO of a training batch (dropout and noise drawn from ``generator``)."""
+    def loss_on_batch(
+        self, bow: torch.Tensor, generator: torch.Generator | None, pooled: PooledPass | None = None
+    ) -> BatchLoss:
+        """Mean negative ELBO of a training batch (dropout and noise drawn from ``generator``);
+        ``pooled``: the pooled BatchNorm sums of the step (raises :class:`PassComplete` when the
+        pass came only to collect this batch's own)."""
         bow = self._cast(bow)
         n = self._bow(bow).shape[0]
         if n < 2 and self.config.batch_coupled():
             raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
-        stats: dict[str, torch.Tensor] = {}
+        stats: dict[str, torch.Tensor] = {} if pooled is None else pooled
         rl, kl = self._negative_elbo(bow, generator, stats)
         return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, n)
 
@@ -322,8 +391,25 @@ class ProdLDA(nn.Module):
         return shapes
 
     def _batch_norms(self) -> list[str]:
-        """The normalisation layers that keep running statistics (none unless ``batch``)."""
-        return [name for name in NORM_LAYERS if isinstance(getattr(self, name), RunningBatchNorm)]
+        """The per-organisation BatchNorm layers (``batch``), whose statistics each client sends."""
+        return [name for name in NORM_LAYERS if type(getattr(self, name)) is RunningBatchNorm]
+
+    def pooled_groups(self) -> list[list[str]]:
+        """The pooled BatchNorm layers (``pooled_batch``) in the order a forward pass reaches them,
+        grouped by what one exchange can collect: mu's and sigma's together (both read the
+        encoder's output), then the decoder's (it reads theta, which needs the first group's)."""
+        groups = (("mu_bn", "sigma_bn"), ("beta_bn",))
+        pooled = [[n for n in group if isinstance(getattr(self, n), PooledBatchNorm)] for group in groups]
+        return [group for group in pooled if group]
+
+    @torch.no_grad()
+    def apply_pooled_statistics(self, sums: dict[str, tuple[torch.Tensor, torch.Tensor]], total: float) -> None:
+        """Fold a pooled step's mean and unbiased variance (from its sums) into the running estimates."""
+        for name, (s1, s2) in sums.items():
+            layer = getattr(self, name)
+            mean = s1 / total
+            var = (s2 - s1 * mean).clamp(min=0.0) / max(total - 1.0, 1.0)
+            layer.update(mean.to(layer.running_mean.dtype), var.to(layer.running_var.dtype))
 
     @torch.no_grad()
     def apply_statistics(self, statistics: dict[str, torch.Tensor]) -> None:
