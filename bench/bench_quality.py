@@ -300,7 +300,10 @@ def main() -> None:
         "cached in .cache/bench/embeddings) and give all systems the same embeddings",
     )
     parser.add_argument(
-        "--normalization", choices=("batch", "layer", "none"), default=None, help="ours: train.model.normalization"
+        "--normalization",
+        choices=("batch", "pooled_batch", "layer", "none"),
+        default=None,
+        help="ours: train.model.normalization",
     )
     parser.add_argument(
         "--set",

@@ -366,6 +366,34 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     assert [r.loss for r in in_process.model.history] == [r.loss for r in flower.model.history]
 
 
+def test_pooled_batchnorm_exchanges_cross_the_flower_grid_unchanged(tmp_path) -> None:
+    """``pooled_batch``'s exchanges (sums, derivatives, then the gradient) go through the Flower
+    records and the ClientApp, which may rebuild a client for every message, and give the
+    in-process model to the last bit."""
+    from fedtopic_pipelines.flower.client_app import app as client_app
+    from fedtopic_pipelines.flower.federation import Job, run_flower_federation
+    from tests.flower.local_grid import LocalGrid
+
+    spec = CASES["prodlda"]
+    config = _config(spec, model={**spec.train["model"], "normalization": "pooled_batch"}, max_steps=4)
+    preprocess = PreprocessConfig.model_validate(spec.preprocess)
+    consensus = ConsensusConfig.model_validate(spec.consensus)
+    paths = _write_raw(tmp_path)
+    orgs = list(paths)
+    endpoints = [FolderEndpoint(org, paths[org], tmp_path / "cache-a" / org) for org in orgs]
+    in_process = run_federation(InProcessEngine(endpoints), orgs, config, preprocess=preprocess, consensus=consensus)
+    nodes = {
+        100 + i: {"organisation": org, "data-path": str(paths[org]), "cache-dir": str(tmp_path / "cache-b" / org)}
+        for i, org in enumerate(orgs)
+    }
+    flower, _ = run_flower_federation(
+        LocalGrid(client_app, nodes), Job(orgs, spec.preprocess, spec.consensus, config.to_params())
+    )
+    assert [r.exchanges for r in flower.model.history] == [5] * 4
+    assert _states_equal(in_process.model.state, flower.model.state)
+    assert [r.loss for r in in_process.model.history] == [r.loss for r in flower.model.history]
+
+
 # 3 ------------------------------------------------------------------------------------
 def _corruptions(kind: UpdateKind) -> dict[str, Callable[[Update], Update]]:
     def first(u: Update) -> str:
@@ -433,6 +461,50 @@ def test_a_bad_update_is_rejected_without_touching_the_model(case, corruption) -
     assert all(bad in r.rejected for r in attacked.history), [r.rejected for r in attacked.history]
     assert all(bad in r.failed for r in silent.history)
     assert _states_equal(attacked.state, silent.state)  # as if the organisation had sent nothing
+
+
+class CorruptingExchange(Corrupting):
+    """An organisation that corrupts its answer to one pooled-BatchNorm exchange of every step."""
+
+    def __init__(self, inner: MemoryEndpoint, phase: int, corrupt: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__(inner, lambda u: u)
+        self.phase, self.change = phase, corrupt
+
+    def handle(self, instruction: Instruction) -> Update:
+        update = self.inner.handle(instruction)
+        if instruction.config.get("pooled_phase") != self.phase or update.kind is not UpdateKind.POOLED_NORM:
+            return update
+        return dataclasses.replace(update, tensors={k: self.change(v) for k, v in update.tensors.items()})
+
+
+@pytest.mark.parametrize(
+    ("phase", "corrupt"),
+    [
+        (0, lambda t: t * 1e12),  # sums far beyond any batch's
+        (0, lambda t: -t.abs() if t.ndim else t),  # sums of squares below what the sums imply
+        (1, lambda t: torch.full_like(t, float("nan"))),
+        (2, lambda t: torch.full_like(t, float("inf"))),  # a derivative: the step's exchanges start again
+    ],
+    ids=["huge-sum", "negative-variance", "nan-sum", "inf-derivative"],
+)
+def test_a_bad_pooled_exchange_leaves_the_organisation_out_of_the_step(phase, corrupt, caplog) -> None:
+    spec = CASES["prodlda"]
+    config = _config(spec, model={**spec.train["model"], "normalization": "pooled_batch"}, max_steps=3)
+    data = spec.data()
+
+    def run(wrap) -> Any:
+        endpoints = [MemoryEndpoint(org, d) for org, d in data.items()]
+        endpoints[1] = wrap(endpoints[1])
+        vocabulary = _vocabulary(spec.vocab_size)
+        return run_federation(InProcessEngine(endpoints), list(data), config, vocabulary=vocabulary, progress=False)
+
+    attacked = run(lambda e: CorruptingExchange(e, phase, corrupt)).model
+    silent = run(lambda e: Silent(e, lambda u: u)).model
+    bad = list(data)[1]
+    assert all(bad in r.rejected for r in attacked.history), [r.rejected for r in attacked.history]
+    assert _states_equal(attacked.state, silent.state)  # as if the organisation had sent nothing
+    if phase > 0:
+        assert "start again without them" in caplog.text
 
 
 def _vocabulary(size: int):
