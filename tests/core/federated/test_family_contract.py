@@ -466,7 +466,7 @@ def test_a_bad_update_is_rejected_without_touching_the_model(case, corruption) -
 class CorruptingExchange(Corrupting):
     """An organisation that corrupts its answer to one pooled-BatchNorm exchange of every step."""
 
-    def __init__(self, inner: MemoryEndpoint, phase: int, corrupt: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def __init__(self, inner: MemoryEndpoint, phase: int, corrupt: Callable[[str, torch.Tensor], torch.Tensor]) -> None:
         super().__init__(inner, lambda u: u)
         self.phase, self.change = phase, corrupt
 
@@ -474,18 +474,20 @@ class CorruptingExchange(Corrupting):
         update = self.inner.handle(instruction)
         if instruction.config.get("pooled_phase") != self.phase or update.kind is not UpdateKind.POOLED_NORM:
             return update
-        return dataclasses.replace(update, tensors={k: self.change(v) for k, v in update.tensors.items()})
+        return dataclasses.replace(update, tensors={k: self.change(k, v) for k, v in update.tensors.items()})
 
 
 @pytest.mark.parametrize(
     ("phase", "corrupt"),
     [
-        (0, lambda t: t * 1e12),  # sums far beyond any batch's
-        (0, lambda t: -t.abs() if t.ndim else t),  # sums of squares below what the sums imply
-        (1, lambda t: torch.full_like(t, float("nan"))),
-        (2, lambda t: torch.full_like(t, float("inf"))),  # a derivative: the step's exchanges start again
+        (0, lambda _, t: t * 1e12),  # sums far beyond any batch's
+        # the inputs x 1000: a valid variance within the limits, far from the other organisations' (the screen)
+        (1, lambda name, t: t * (1e3 if name.endswith("s1") else 1e6)),
+        (0, lambda name, t: -t.abs() if name.endswith("s2") else t),  # a negative sum of squares
+        (1, lambda _, t: torch.full_like(t, float("nan"))),
+        (2, lambda _, t: torch.full_like(t, float("inf"))),  # a derivative: the step's exchanges start again
     ],
-    ids=["huge-sum", "negative-variance", "nan-sum", "inf-derivative"],
+    ids=["huge-sum", "scaled-sum", "negative-variance", "nan-sum", "inf-derivative"],
 )
 def test_a_bad_pooled_exchange_leaves_the_organisation_out_of_the_step(phase, corrupt, caplog) -> None:
     spec = CASES["prodlda"]

@@ -37,6 +37,11 @@ def grad_names(layer: str) -> tuple[str, str]:
     return f"{PREFIX}{layer}.g1", f"{PREFIX}{layer}.g2"
 
 
+def is_sum(name: str) -> bool:
+    """Whether a message's tensor is a pooled sum (a forward exchange's), not a derivative."""
+    return name.startswith(PREFIX) and name.endswith((".s1", ".s2"))
+
+
 def forward_group(phase: int, groups: int) -> int | None:
     """The group whose sums exchange ``phase`` collects, or None if it is not a forward one."""
     return phase if 0 <= phase < groups else None

@@ -24,6 +24,7 @@ from fedtopic_pipelines.core.config import PrivacyConfig
 from fedtopic_pipelines.core.config.aggregation import participants_per_round
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update, UpdateKind
+from fedtopic_pipelines.core.federated.pooled import is_sum
 from fedtopic_pipelines.core.privacy.defences import DPPlan, add_noise, clip, noise_generator, plan_dp
 from fedtopic_pipelines.core.privacy.robust import beyond, robust_aggregate, update_norms
 
@@ -194,6 +195,13 @@ class Screen:
                 for u, n in zip(updates, counts, strict=True)
             ]
             measures.append(("its statistics' total per document", mass, True))
+        elif kind is UpdateKind.POOLED_NORM:  # pooled BatchNorm's exchanges, each judged with its own kind
+            first = next(iter(updates[0].tensors), "")
+            if is_sum(first):  # sums over documents: per document, and too small shifts the statistics too
+                per_document = [x / n for x, n in zip(norms, counts, strict=True)]
+                measures.append((f"its pooled sums' norm per document ({first})", per_document, True))
+            else:
+                measures.append((f"its pooled derivatives' norm ({first})", norms, False))
         else:
             measures.append(("its update's norm", norms, False))
         for name in updates[0].statistics:

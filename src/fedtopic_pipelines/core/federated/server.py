@@ -201,6 +201,9 @@ class FederatedServer:
                         self.strategy.validate_exchange(update, capacity, instruction)  # type: ignore[attr-defined]
 
                     accepted, rejected = self._screen(list(replies.updates), round_, check, self.capacity)
+                    if self.screen is not None and accepted:  # privacy.outlier_factor, as for the updates
+                        accepted, screened = self.screen(accepted, self.strategy, round_)
+                        rejected.update(screened)
                     record.rejected.update(rejected)
                     record.count += 1
                     for update in accepted:
