@@ -503,10 +503,35 @@ def test_a_bad_pooled_exchange_leaves_the_organisation_out_of_the_step(phase, co
     attacked = run(lambda e: CorruptingExchange(e, phase, corrupt)).model
     silent = run(lambda e: Silent(e, lambda u: u)).model
     bad = list(data)[1]
-    assert all(bad in r.rejected for r in attacked.history), [r.rejected for r in attacked.history]
+    assert bad in attacked.history[0].rejected, attacked.history[0].rejected
+    assert all(bad not in r.client_bytes for r in attacked.history)  # rejected, or sitting out (phase > 0)
     assert _states_equal(attacked.state, silent.state)  # as if the organisation had sent nothing
     if phase > 0:
         assert "start again without them" in caplog.text
+
+
+def test_a_bad_gradient_after_pooled_exchanges_voids_the_step_and_benches_its_sender() -> None:
+    """Its documents are in the step's pooled sums, so the others' gradients would carry parts
+    only its own cancels: no step is taken, and it sits out 1, then 2, then 4 rounds."""
+    spec = CASES["prodlda"]
+    config = _config(spec, model={**spec.train["model"], "normalization": "pooled_batch"}, max_steps=7)
+    data = spec.data()
+    endpoints = [MemoryEndpoint(org, d) for org, d in data.items()]
+    nan = _corruptions(UpdateKind.GRADIENTS)["nan"]
+    endpoints[1] = Corrupting(endpoints[1], lambda u: nan(u) if u.kind is UpdateKind.GRADIENTS else u)
+    result = run_federation(
+        InProcessEngine(endpoints), list(data), config, vocabulary=_vocabulary(spec.vocab_size), progress=False
+    )
+    history, bad = result.model.history, list(data)[1]
+    voided = [True, False, True, False, False, True, False]
+    assert [r.voided for r in history] == voided
+    assert [bad in r.rejected for r in history] == voided  # asked only in those rounds
+    first = run_federation(
+        InProcessEngine(endpoints), list(data), config.replace(max_steps=1), vocabulary=_vocabulary(spec.vocab_size)
+    )
+    start = get_family("prodlda").create_model(spec.vocab_size, config, CPU).state_dict()
+    assert _states_equal(first.model.state, start)  # the voided step moved nothing
+    assert not _states_equal(result.model.state, start)
 
 
 def _vocabulary(size: int):

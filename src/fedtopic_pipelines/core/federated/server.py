@@ -72,6 +72,7 @@ class RoundRecord:
     client_bytes: dict[str, int] = field(default_factory=dict)  # what each accepted update carried
     sampled: list[str] = field(default_factory=list)  # the organisations asked this round (client sampling)
     exchanges: int = 1  # messages each organisation answered this round (pooled BatchNorm adds its own)
+    voided: bool = False  # no step: an organisation in the round's pooled sums sent no usable gradient
 
     @property
     def loss(self) -> float:
@@ -91,6 +92,7 @@ class _Exchanges:
     accepted answers carried, and who was rejected or failed (and why)."""
 
     count: int = 0
+    dropped: set[str] = field(default_factory=set)  # left after the first exchange (the step started again)
     bytes: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
@@ -135,6 +137,10 @@ class FederatedServer:
         self.best_loss = math.inf
         self.best_state: dict[str, torch.Tensor] | None = None
         self.waited = 0
+        # exchanging strategies (pooled BatchNorm): organisations that dropped out of a step, the round
+        # each may come back, and how many consecutive times each dropped out (:meth:`_void`)
+        self.sitting_out: dict[str, int] = {}
+        self.offences: dict[str, int] = {}
 
     def _screen(
         self,
@@ -179,9 +185,7 @@ class FederatedServer:
             return instruction
         return dataclasses.replace(instruction, config={**instruction.config, **self.context})
 
-    def _exchange(
-        self, engine: Engine, round_: int, sampled: list[str] | None, record: _Exchanges
-    ) -> list[str] | None:
+    def _exchange(self, engine: Engine, round_: int, sampled: list[str] | None, record: _Exchanges) -> list[str] | None:
         """Run the strategy's exchanges before its training instruction (:class:`Exchanging`); returns
         the organisations that answered every one. One that fails or is rejected in an exchange
         after the first would leave its documents in sums it no longer answers for: the step's
@@ -222,6 +226,7 @@ class FederatedServer:
                             round_,
                             lost,
                         )
+                        record.dropped.update(lost)
                         members = ids
                         break
                     answered = members = ids
@@ -229,12 +234,45 @@ class FederatedServer:
             except StopIteration:
                 return answered
 
+    def _present(self, sampled: list[str] | None, round_: int) -> list[str] | None:
+        """The organisations asked this round, without those sitting out (:meth:`_void`)."""
+        away = {org for org, back in self.sitting_out.items() if back > round_}
+        if not away or (sampled is None and self.capacity is None):
+            return sampled
+        return [org for org in (sampled if sampled is not None else self.capacity or {}) if org not in away]
+
+    def _void(self, round_: int, asked: list[str], kept: list[Update], exchanged: _Exchanges) -> bool:
+        """Whether this exchanging round must not step: an organisation whose documents are in the
+        step's pooled sums has no gradient in it (rejected, screened or failed), so the others'
+        gradients would carry parts that only its own cancels. The step is voided instead, and
+        whoever dropped out after the step's first exchange sits out the next round, twice as
+        long at each consecutive time (an organisation that keeps voiding steps is soon left out;
+        an honest one that drops out now and then loses a round)."""
+        dropped = (set(asked) - {u.client_id for u in kept}) | exchanged.dropped
+        for org in asked:
+            if org not in dropped:
+                self.offences.pop(org, None)
+        for org in sorted(dropped):
+            self.offences[org] = self.offences.get(org, 0) + 1
+            self.sitting_out[org] = round_ + 1 + 2 ** min(self.offences[org] - 1, 20)
+        void = set(asked) != {u.client_id for u in kept}
+        if dropped:
+            logger.warning(
+                "%s round %d: %s dropped out of the step%s; they sit out the next round(s)",
+                self.name,
+                round_,
+                sorted(dropped),
+                " after its exchanges, which voids it" if void else "",
+            )
+        return void
+
     def run_round(self, engine: Engine, round_: int) -> RoundRecord:
         """One synchronous round; rejected or failed clients are logged and left out."""
         sampled = self.sample(round_) if self.sample is not None else None
         exchanged = _Exchanges()
-        if isinstance(self.strategy, Exchanging):
-            sampled = self._exchange(engine, round_, sampled, exchanged)
+        exchanging = isinstance(self.strategy, Exchanging)
+        if exchanging:
+            sampled = self._exchange(engine, round_, self._present(sampled, round_), exchanged)
         instruction = self._with_context(self.strategy.instruction(round_))
         replies = engine.broadcast(instruction) if sampled is None else engine.broadcast(instruction, to=sampled)
         accepted, rejected = self._screen(
@@ -261,8 +299,8 @@ class FederatedServer:
             raise NoUsableUpdates(
                 f"{self.name} round {round_}: no usable update (rejected {rejected}, failed {replies.failures})"
             )
-        measure = self.stopping.tolerance > 0
-        server_metrics = self.strategy.aggregate(accepted, measure)
+        voided = exchanging and self._void(round_, list(sampled or []), accepted, exchanged)
+        server_metrics = {} if voided else self.strategy.aggregate(accepted, self.stopping.tolerance > 0)
         n = sum(u.num_examples for u in accepted)
         names = list(dict.fromkeys(name for u in accepted for name in u.metrics))
         metrics = {
@@ -278,6 +316,7 @@ class FederatedServer:
             failed={**exchanged.failed, **replies.failures},
             sampled=list(sampled or []) if self.sample is not None else [],
             exchanges=1 + exchanged.count,
+            voided=voided,
         )
 
     def validate(self, engine: Engine, round_: int) -> float | None:
@@ -408,6 +447,8 @@ class FederatedServer:
                 "round": self.best_round,
             },
             "strategy": self.strategy.state_dict(),
+            "sitting_out": dict(self.sitting_out),
+            "offences": dict(self.offences),
         }
 
     def resume(self, checkpoint: Mapping[str, Any]) -> None:
@@ -418,6 +459,8 @@ class FederatedServer:
         self.best_loss, self.best_state = float(best["loss"]), best["state"]
         self.waited, self.best_round = int(best["waited"]), best["round"]
         self.strategy.load_state_dict(checkpoint["strategy"])
+        self.sitting_out = {str(k): int(v) for k, v in checkpoint.get("sitting_out", {}).items()}
+        self.offences = {str(k): int(v) for k, v in checkpoint.get("offences", {}).items()}
 
 
 def _wrong_round(update: object, round_: int) -> str:
