@@ -216,10 +216,11 @@ def _collect_sums(model: ProdLDA, stream, groups: list[list[str]], group: int, s
     n = 0
     with torch.no_grad():
         for batch, noise in stream.next_batches():
-            n += int(model._bow(batch).shape[0])
+            n += model.documents(batch)
             with contextlib.suppress(PassComplete):
                 model.loss_on_batch(batch, noise, pooled)
-    tensors = {n: t for layer in groups[group] for n, t in zip(sum_names(layer), pooled.local[layer], strict=True)}
+    names = [(name, layer, i) for layer in groups[group] for i, name in enumerate(sum_names(layer))]
+    tensors = {name: pooled.local[layer][i] for name, layer, i in names}
     return LocalStep(tensors, n, {})
 
 

@@ -273,6 +273,10 @@ class ProdLDA(nn.Module):
         """The encoder's first layer on a batch, before its activation."""
         return linear_on_bow(batch, self.hidden[0].weight, self.hidden[0].bias)
 
+    def documents(self, batch: torch.Tensor) -> int:
+        """How many documents a batch holds."""
+        return int(self._bow(batch).shape[0])
+
     @staticmethod
     def _bow(batch: torch.Tensor) -> torch.Tensor:
         """The bag of words of a batch (what the decoder reconstructs)."""
