@@ -104,6 +104,22 @@ def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation)
     assert sorted(run["nodes"]) == sorted(paths) and len(run["latencies_s"]) == ROUNDS
 
 
+@pytest.mark.slow  # five messages per round through real processes
+def test_loopback_pooled_batchnorm_rounds_equal_the_in_process_engine(federation) -> None:
+    """``pooled_batch``: each round's four exchanges and its gradient cross real SuperNodes."""
+    fed, paths, root = federation
+    rounds = 2
+    train = {**TRAIN, "max_steps": rounds, "model": {**TRAIN["model"], "normalization": "pooled_batch"}}
+    job_file = root / "job-pooled.json"
+    job_file.write_text(json.dumps(job(list(paths), train).to_dict()))
+    fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-pooled")}, timeout=300)
+    _, model, _ = load_result(root / "out-pooled")
+    _, expected = in_process(paths, train)
+    worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-5, f"max abs parameter difference {worst}"
+    assert [r.exchanges for r in model.history] == [5] * rounds
+
+
 @pytest.mark.slow  # over 30 s on two cores
 def test_loopback_secure_rounds_with_real_flower_processes(federation) -> None:
     """``privacy.secure_aggregation`` on the real processes: SecAgg+'s four stages per round, 12
