@@ -25,6 +25,7 @@ from fedtopic_pipelines.core.config.aggregation import participants_per_round
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Update, UpdateKind
 from fedtopic_pipelines.core.federated.pooled import is_sum
+from fedtopic_pipelines.core.federated.strategies import Exchanging
 from fedtopic_pipelines.core.privacy.defences import DPPlan, add_noise, clip, noise_generator, plan_dp
 from fedtopic_pipelines.core.privacy.robust import beyond, robust_aggregate, update_norms
 
@@ -147,12 +148,17 @@ class Screen:
         reasons: dict[int, str] = {}  # the same words every round (reports group by them); the figures go to the log
         measured: dict[int, str] = {}
         measures = self._measures(updates, strategy)
+        # Under pooled BatchNorm (an exchanging strategy) an organisation's values move fast early in
+        # training and carry parts that cancel only across the round: a round of 3 or more is judged
+        # by its own median, which the values of earlier rounds would drag behind (docs/privacy.md).
+        own_round = isinstance(strategy, Exchanging)
         for what, values, below in measures:
             seen = self.seen.setdefault(what, deque(maxlen=self.MEMORY))
             if len(values) + len(seen) < 3:  # a median of two is their mean: nothing can be told apart
                 continue
-            median = statistics.median([v for v in (*values, *seen) if math.isfinite(v)] or [0.0])
-            out = beyond(values, self.factor, below, seen)
+            before = () if own_round and len(values) >= 3 else seen
+            median = statistics.median([v for v in (*values, *before) if math.isfinite(v)] or [0.0])
+            out = beyond(values, self.factor, below, before)
             for i in out:
                 measured[i] = measured.get(i) or f"{values[i]:.4g}, {_times(values[i], median)} the median {median:.4g}"
                 side = f"over {self.factor:g}x" + (f" or under 1/{self.factor:g} of" if below else "")
