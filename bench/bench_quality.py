@@ -201,20 +201,21 @@ def run_ours(
     }
 
 
-def contextual_inputs(params: dict, project, bows: dict, env: str | None):
+def contextual_inputs(params: dict, project, bows: dict, env: str | None, raw: Path | None = None):
     """Every document's sentence embedding, computed once with our encoder (``train.embeddings``)
-    and cached per organisation: our training data (bag of words + embeddings per organisation),
-    our pooled test input, and the reference's (train, test) embeddings in pooled order."""
-    from common import demo_tables
+    and cached per organisation (and corpus): our training data (bag of words + embeddings per
+    organisation), our pooled test input, and the reference's (train, test) embeddings in pooled order."""
+    from common import corpus_tables
 
     from fedtopic_pipelines.core.families.ctm import ContextualData
     from fedtopic_pipelines.core.site import texts_of
     from fedtopic_pipelines.core.text.embeddings import EmbeddingCache
 
-    tables, settings = demo_tables(params), project.train.embeddings
+    tables, settings = corpus_tables(params, raw), project.train.embeddings
+    corpus = (env or "base") if raw is None else f"{env or 'base'}-{raw.name}"
     matrices, test_bows, train_embedded, test_embedded = {}, [], [], []
     for org, bow in bows.items():
-        cache = EmbeddingCache(ROOT / ".cache" / "bench" / "embeddings" / (env or "base") / org)
+        cache = EmbeddingCache(ROOT / ".cache" / "bench" / "embeddings" / corpus / org)
         values = cache.load_or_compute(
             texts_of(tables[org], bow.doc_ids.tolist(), org),
             settings.model,
@@ -288,6 +289,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads for every system")
     parser.add_argument("--env", default=None, help="Kedro environment (default: base)")
+    parser.add_argument(
+        "--raw",
+        type=Path,
+        default=None,
+        help="folder of the organisations' raw Parquet folders (a table, Wikipedia or S2ORC corpus after its "
+        "environment's run; none: the demo's)",
+    )
     parser.add_argument("--ctm-venv", type=Path, default=ROOT / ".cache/bench/ctm-venv")
     parser.add_argument("--no-reference", action="store_true", help="leave the reference library out")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
@@ -348,14 +356,14 @@ def main() -> None:
             "REFERENCE SKIPPED: %s; the table has no CTM row",
             "--no-reference" if args.no_reference else f"no venv at {args.ctm_venv} (--smoke never creates it)",
         )
-    vocabulary, bows, texts = demo_corpus(params, project)
+    vocabulary, bows, texts = demo_corpus(params, project, args.raw)
     terms = vocabulary["term"].tolist()
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
     tests = [bow.subset("test") for bow in bows.values()]
     test = sp.vstack([t.matrix for t in tests]).tocsr()
     ours_test, reference_embeddings = test, None
     if args.family != "prodlda":
-        matrices, ours_test, reference_embeddings = contextual_inputs(params, project, bows, args.env)
+        matrices, ours_test, reference_embeddings = contextual_inputs(params, project, bows, args.env, args.raw)
     labels = np.concatenate([t.labels for t in tests])
     pooled_train = sp.vstack([getattr(m, "bow", m) for m in matrices.values()]).tocsr()
     if args.pooled_as_one:
@@ -424,7 +432,8 @@ def main() -> None:
         f"{args.threads} thread(s) per system"
     )
     print(
-        f"demo corpus ({args.env or 'base'}): {len(matrices)} organisations, {n_docs} training / {test.shape[0]} test "
+        f"{'demo corpus' if args.raw is None else f'raw tables under {args.raw}'} ({args.env or 'base'}): "
+        f"{len(matrices)} organisations, {n_docs} training / {test.shape[0]} test "
         f"documents (pooled), V = {len(terms)}, K = {train_config.model.n_topics}, {args.epochs} epochs "
         f"(reference: batches of {reference_batch}; ours: {steps} steps of "
         f"{len(matrices) * train_config.batch_size}), {args.seeds} seed(s), mean ± std over seeds\n"

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import yaml
 from bench_learning_curve import Curve, Scorer
-from common import ROOT, demo_tables, project_config
+from common import ROOT, corpus_tables, project_config
 
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 
@@ -65,11 +65,11 @@ def overrides(setting: str) -> dict[str, dict[str, Any]]:
 
 def site_steps(env: str, raw: Path | None, setting: str):
     """The chain's site steps with the setting's overrides: vocabulary, bags of words, texts, config."""
-    from fedtopic_pipelines.core.site import read_raw, run_sites
+    from fedtopic_pipelines.core.site import run_sites
 
     params, project = project_config(env, overrides(setting))
     # without a folder, the demo's ingestion (the smoke environment): no kedro run needed first
-    tables = demo_tables(params) if raw is None else {org: read_raw(raw / org) for org in params["organisations"]}
+    tables = corpus_tables(params, raw)
     logging.getLogger("fedtopic_pipelines").setLevel(logging.ERROR)
     vocabulary, bows, texts = run_sites(
         tables, project.preprocess, project.consensus, True, project.blocks.get("privacy")

@@ -94,11 +94,24 @@ def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, 
     return vocabulary, {org: bow.subset("train").matrix for org, bow in bows.items()}
 
 
-def demo_corpus(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any], dict[str, list[list[str]]]]:
+def corpus_tables(params: dict, raw: Path | None = None) -> dict[str, Any]:
+    """Each organisation's raw table: from ``raw`` (a folder of the organisations' Parquet folders,
+    as data/01_raw/organisations/ holds them after a run of a table, Wikipedia or S2ORC
+    environment) or, without it, the demo's as ``ingest_demo`` cuts it."""
+    from fedtopic_pipelines.core.site import read_raw
+
+    if raw is None:
+        return demo_tables(params)
+    return {org: read_raw(raw / org) for org in params["organisations"]}
+
+
+def demo_corpus(
+    params: dict, project: ProjectConfig, raw: Path | None = None
+) -> tuple[Any, dict[str, Any], dict[str, list[list[str]]]]:
     """The common vocabulary, each organisation's whole bag of words (both splits, with labels)
     and its preprocessed training texts (the token lists coherence is counted on), from one
-    pass of the site steps."""
-    return chain_texts(params, project, demo_tables(params))
+    pass of the site steps, on the demo or on the organisations' tables under ``raw``."""
+    return chain_texts(params, project, corpus_tables(params, raw))
 
 
 def concatenate_batches(batches: list[Any]) -> Any:

@@ -88,6 +88,26 @@ def test_bench_quality_sync_scenario_smoke() -> None:
     assert "| ours, federated (5 organisations) | skipped" in out and "| ours, centralized | skipped" in out
 
 
+@pytest.mark.slow  # a kedro bootstrap to write the corpus, then the bench: over 30 s on two busy cores
+def test_bench_quality_reads_the_organisations_raw_tables(tmp_path: Path) -> None:
+    """``--raw``: a user's corpus (each organisation's Parquet folder), not the demo, is the bag of
+    words every system is compared on."""
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    write = (
+        "import sys; from pathlib import Path; sys.path.insert(0, 'bench'); "
+        "from common import demo_tables, project_config; params, _ = project_config('smoke'); "
+        f"root = Path({str(tmp_path)!r}); "
+        "[((root / org).mkdir(), table.head(60).to_parquet(root / org / 'part-00000.parquet')) "
+        "for org, table in demo_tables(params).items()]"
+    )
+    done = subprocess.run([sys.executable, "-c", write], cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = run_bench("bench_quality.py", "--smoke", "--no-reference", "--raw", str(tmp_path))
+    assert "| ours, federated (5 organisations) |" in out
+    corpus = next(line for line in out.splitlines() if line.startswith(f"raw tables under {tmp_path}"))
+    assert int(corpus.split(" organisations, ")[1].split(" training")[0]) <= 300, corpus  # 60 per organisation
+
+
 def test_bench_vocab_floors_smoke() -> None:
     assert DEMO_WHEEL.is_file(), "run 'make install' first"
     out = run_bench("bench_vocab_floors.py", "--smoke")
