@@ -154,5 +154,13 @@ def test_pooled_batchnorm_equals_batchnorm_over_every_organisations_batch() -> N
     expected = reference.state_dict()
     worst = max(float((federated.state_dict()[k] - expected[k]).abs().max()) for k in expected)
     assert worst <= 1e-10, worst
+
+    # one party holding the same streams (a trusted server) needs no exchange: one BatchNorm batch
+    solo = ProdLDA.create(V, pooled, seed=11).double()
+    holder = FamilyClient("server", FAMILY, ProdLDA.create(V, pooled, seed=11).double(), ConcatenatedStreams(sources()))
+    solo_server = FederatedServer(FAMILY.strategy(solo, config), StoppingRule(5), capacity={"server": 10**6})
+    assert all(r.exchanges == 1 for r in solo_server.run(InProcessEngine([holder]), progress=False))
+    worst = max(float((solo.state_dict()[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-10, worst
     moved = ProdLDA.create(V, CONFIG, seed=11).double().state_dict()
     assert max(float((expected[k] - moved[k]).abs().max()) for k in expected) > 1e-3

@@ -25,7 +25,7 @@ from fedtopic_pipelines.core.federated.aggregation import weighted_mean
 from fedtopic_pipelines.core.federated.batching import BatchSource, GhostBatchSource, max_batch_rows
 from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
-from fedtopic_pipelines.core.federated.pooled import backward_group, forward_group, grad_names, sum_names
+from fedtopic_pipelines.core.federated.pooled import SOLO, backward_group, forward_group, grad_names, sum_names
 from fedtopic_pipelines.core.federated.strategies import BatchStatistics, FedSGD, PooledFedSGD
 from fedtopic_pipelines.core.models.prodlda import PassComplete, PooledPass, ProdLDA
 from fedtopic_pipelines.core.privacy.dpsgd import private_gradient
@@ -97,6 +97,8 @@ class ProdLDAFamily(BagOfWordsData):
         sums of a group (forward), its derivatives with respect to a group's pooled sums
         (backward), or its gradient (``phase`` 2G). Only the last advances the stream."""
         model.train()
+        if phase == SOLO:  # the whole step is this party's: one BatchNorm batch, no exchange
+            return self._union_step(model, stream)
         groups = model.pooled_groups()
         forward, backward = forward_group(phase, len(groups)), backward_group(phase, len(groups))
         if forward is not None:
@@ -118,6 +120,14 @@ class ProdLDAFamily(BagOfWordsData):
         shared = set(self.shared_names(model))
         grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
         return LocalStep(grads, sum(p.n for p in parts), _losses(parts))
+
+    def _union_step(self, model: ProdLDA, stream: BatchSource | GhostBatchSource) -> LocalStep:
+        model.zero_grad(set_to_none=True)
+        part = model.loss_on_union(stream.next_batches())
+        part.loss.backward()
+        shared = set(self.shared_names(model))
+        grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
+        return LocalStep(grads, part.n, _losses([part]), statistics=part.statistics)
 
     def private_step(
         self, model: ProdLDA, stream: BatchSource | GhostBatchSource, bound: float, std: float, noise: torch.Generator

@@ -16,6 +16,11 @@ G groups in forward order (ProdLDA: the encoder's mu and sigma, then the decoder
   with the organisation's own sums, so that the weighted mean of the gradients is the gradient
   of the pooled batch's mean loss: exact, as a centralized step on the same documents.
 
+A step that one party holds whole (a trusted server's pooled corpus, an organisation training
+alone, or the one organisation left in a round) needs no exchange: its gradient instruction
+says ``SOLO`` and it normalises all its batches of the step as one, with the statistics
+beside its gradient as ``batch`` sends them.
+
 This module names the exchanges and the tensors they carry; the family computes them
 (``PooledNormFamily`` in ``family.py``), the strategy orchestrates them (``PooledFedSGD``).
 """
@@ -23,6 +28,7 @@ This module names the exchanges and the tensors they carry; the family computes 
 from __future__ import annotations
 
 PHASE_KEY = "pooled_phase"  # Instruction.config: which exchange of the step (the gradient's is 2G)
+SOLO = -1  # PHASE_KEY of a step one party holds whole: no exchange, its batches are one BatchNorm batch
 TOTAL_KEY = "pooled_total"  # Instruction.config: N, the step's documents over all organisations
 PREFIX = "pooled."
 

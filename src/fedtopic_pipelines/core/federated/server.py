@@ -192,7 +192,8 @@ class FederatedServer:
         exchanges start again without it (the exchanges draw nothing, so a restart is exact)."""
         members = sampled
         while True:
-            exchanges = self.strategy.exchanges(round_)  # type: ignore[attr-defined]
+            parties = len(members) if members is not None else None if self.capacity is None else len(self.capacity)
+            exchanges = self.strategy.exchanges(round_, parties)  # type: ignore[attr-defined]
             answered: list[str] | None = None
             try:
                 instruction = next(exchanges)
@@ -231,8 +232,8 @@ class FederatedServer:
                         break
                     answered = members = ids
                     instruction = exchanges.send(accepted)
-            except StopIteration:
-                return answered
+            except StopIteration:  # the exchanges are done (or there were none: one party holds the step)
+                return answered if answered is not None else members
 
     def _present(self, sampled: list[str] | None, round_: int) -> list[str] | None:
         """The organisations asked this round, without those sitting out (:meth:`_void`)."""
@@ -299,7 +300,8 @@ class FederatedServer:
             raise NoUsableUpdates(
                 f"{self.name} round {round_}: no usable update (rejected {rejected}, failed {replies.failures})"
             )
-        voided = exchanging and self._void(round_, list(sampled or []), accepted, exchanged)
+        everyone = list(sampled) if sampled is not None else list(self.capacity or {u.client_id for u in accepted})
+        voided = exchanging and self._void(round_, everyone, accepted, exchanged)
         server_metrics = {} if voided else self.strategy.aggregate(accepted, self.stopping.tolerance > 0)
         n = sum(u.num_examples for u in accepted)
         names = list(dict.fromkeys(name for u in accepted for name in u.metrics))

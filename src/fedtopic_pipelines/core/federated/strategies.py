@@ -26,6 +26,7 @@ from fedtopic_pipelines.core.federated.aggregation import (
 from fedtopic_pipelines.core.federated.messages import EVALUATE, Instruction, Update, UpdateKind
 from fedtopic_pipelines.core.federated.pooled import (
     PHASE_KEY,
+    SOLO,
     TOTAL_KEY,
     backward_group,
     forward_group,
@@ -96,10 +97,12 @@ class BatchStatistics:
     MEAN_LIMIT = 1e6
     VARIANCE_LIMIT = 1e12
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, pooled: bool = False) -> None:
         self.model = model
+        self.pooled = pooled  # a one-party pooled step's statistics (its pooled layers'), not per-organisation ones
         dtype = next(model.parameters()).dtype
-        self.specs = {name: TensorSpec(tuple(shape), dtype) for name, shape in model.statistics_shapes().items()}
+        shapes = model.pooled_statistics_shapes() if pooled else model.statistics_shapes()
+        self.specs = {name: TensorSpec(tuple(shape), dtype) for name, shape in shapes.items()}
 
     def check(self, update: Update) -> None:
         for name, value in update.statistics.items():
@@ -113,7 +116,7 @@ class BatchStatistics:
 
     def apply(self, statistics: dict[str, torch.Tensor]) -> None:
         device = next(self.model.parameters()).device  # updates decoded from Flower records are on the CPU
-        self.model.apply_statistics({k: v.to(device) for k, v in statistics.items()})
+        self.model.apply_statistics({k: v.to(device) for k, v in statistics.items()}, pooled=self.pooled)
 
 
 def _norm(tensors: Mapping[str, torch.Tensor]) -> float:
@@ -223,8 +226,9 @@ class Exchanging(Protocol):
     """A strategy whose round first runs exchanges of its own (pooled BatchNorm's sums and their
     derivatives) with the organisations that answer them all, then its training instruction."""
 
-    def exchanges(self, round_: int) -> Generator[Instruction, list[Update], None]:
-        """Yields each exchange's instruction and receives its accepted updates."""
+    def exchanges(self, round_: int, parties: int | None) -> Generator[Instruction, list[Update], None]:
+        """Yields each exchange's instruction and receives its accepted updates (``parties``: how
+        many organisations are asked, when the server knows)."""
         ...
 
     def validate_exchange(self, update: Update, capacity: int | None, instruction: Instruction) -> None: ...
@@ -256,13 +260,19 @@ class PooledFedSGD(FedSGD):
         self._context: dict[str, torch.Tensor] = {}
         self._total = 0.0
         self._counts: dict[str, int] = {}
+        self._solo = False
+        self.solo_statistics = BatchStatistics(model, pooled=True)
 
-    def exchanges(self, round_: int) -> Generator[Instruction, list[Update], None]:
+    def exchanges(self, round_: int, parties: int | None) -> Generator[Instruction, list[Update], None]:
         self.round = round_
         params = self.parameters()
         context: dict[str, torch.Tensor] = {}
         n_groups = len(self.groups)
         self._total, self._counts = 0.0, {}
+        self._solo = parties == 1
+        if self._solo:  # one party holds the step whole: nothing to exchange (pooled.SOLO)
+            self._context = {}
+            return
         for phase in range(2 * n_groups):
             config = {"action": UpdateKind.POOLED_NORM.value, PHASE_KEY: phase, TOTAL_KEY: self._total}
             updates = yield Instruction(round_, {**params, **context}, config)
@@ -277,7 +287,8 @@ class PooledFedSGD(FedSGD):
 
     def instruction(self, round_: int) -> Instruction:
         self.round = round_
-        config = {"action": self.kind.value, PHASE_KEY: 2 * len(self.groups), TOTAL_KEY: self._total}
+        phase = SOLO if self._solo else 2 * len(self.groups)
+        config = {"action": self.kind.value, PHASE_KEY: phase, TOTAL_KEY: self._total}
         return Instruction(round_, {**self.parameters(), **self._context}, config)
 
     def _exchange_specs(self, phase: int) -> dict[str, TensorSpec]:
@@ -315,6 +326,10 @@ class PooledFedSGD(FedSGD):
                 raise UpdateRejected(update.client_id, f"the sums of '{layer}' imply a negative variance")
 
     def validate(self, update: Update, capacity: int | None) -> None:
+        if self._solo:  # its whole batch's statistics beside the gradient, checked as batch's are
+            validate_update(update, self.kind, self._specs, self.solo_statistics.specs, capacity, self.metric_names)
+            self.solo_statistics.check(update)
+            return
         super().validate(update, capacity)
         if update.num_examples != self._counts.get(update.client_id):
             raise UpdateRejected(
@@ -325,6 +340,10 @@ class PooledFedSGD(FedSGD):
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         recorded = super().aggregate(updates, measure)
+        if self._solo:
+            weights = [u.num_examples for u in updates]
+            self.solo_statistics.apply(weighted_mean([u.statistics for u in updates], weights))
+            return recorded
         sums = {
             layer: tuple(self._context[name] for name in sum_names(layer)) for group in self.groups for layer in group
         }

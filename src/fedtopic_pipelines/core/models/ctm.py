@@ -74,6 +74,12 @@ class ContextualProdLDA(ProdLDA):
     def _bow(batch: ContextualBatch) -> torch.Tensor:  # type: ignore[override]
         return _as_batch(batch).bow
 
+    @staticmethod
+    def join(batches: list[ContextualBatch]) -> ContextualBatch:  # type: ignore[override]
+        """Batches as one: their bags of words stacked, their embeddings concatenated."""
+        batches = [_as_batch(b) for b in batches]
+        return ContextualBatch(ProdLDA.join([b.bow for b in batches]), torch.cat([b.embeddings for b in batches]))
+
     def _cast(self, batch: ContextualBatch) -> ContextualBatch:  # type: ignore[override]
         batch = _as_batch(batch)
         dtype = self.beta.dtype

@@ -108,15 +108,13 @@ class PooledPass(dict):
 class PooledBatchNorm(RunningBatchNorm):
     """Affine-free BatchNorm over the step's batch of *every* organisation (``pooled_batch``):
     synchronised BatchNorm, its statistics exchanged as sums (:class:`PooledPass`). Outside a
-    pooled pass (one party holding the whole step, or a replay) it is BatchNorm on what it sees,
-    which is then the same thing. Running statistics as :class:`RunningBatchNorm`; the server
-    folds in the pooled batch's."""
+    pooled pass (one party holding the whole step, :meth:`ProdLDA.loss_on_union`, or a replay)
+    it is BatchNorm on what it sees, which is then the same thing. Running statistics as
+    :class:`RunningBatchNorm`; the server folds in the pooled batch's."""
 
     def forward(self, x: torch.Tensor, stats: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
         if self.training and isinstance(stats, PooledPass):
             return stats.normalise(name, x, self.eps)
-        if self.training:
-            return F.batch_norm(x, None, None, training=True, eps=self.eps)
         return super().forward(x, stats, name)
 
 
@@ -346,6 +344,41 @@ class ProdLDA(nn.Module):
         rl, kl = self._negative_elbo(bow, generator, stats)
         return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, n)
 
+    def loss_on_union(self, parts: list[tuple[torch.Tensor, torch.Generator | None]]) -> BatchLoss:
+        """Mean negative ELBO of several batches normalised as ONE BatchNorm batch, each drawing
+        its dropout and noise from its own generator as :meth:`loss_on_batch` would: what pooled
+        BatchNorm computes when one party holds the whole step (a trusted server's ghost batches,
+        an organisation training alone), without the exchanges."""
+        batches = [self._cast(batch) for batch, _ in parts]
+        generators = [generator for _, generator in parts]
+        draws = [self.draws(self.documents(b), g) for b, g in zip(batches, generators, strict=True)]
+        joined = Draws(*(torch.cat(d) if d[0] is not None else None for d in zip(*draws, strict=True)))
+        batch = self.join(batches)
+        n = self.documents(batch)
+        if n < 2 and self.config.batch_coupled():
+            raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
+        stats: dict[str, torch.Tensor] = {}
+        rl, kl = self(batch, joined, stats)
+        return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, n)
+
+    @staticmethod
+    def join(batches: list[torch.Tensor]) -> torch.Tensor:
+        """Batches as one: sparse CSR rows stacked (dense ones concatenated)."""
+        if batches[0].layout != torch.sparse_csr:
+            return torch.cat(batches)
+        offsets, rows, crows = 0, 0, []
+        for batch in batches:
+            crows.append(batch.crow_indices()[:-1] + offsets)
+            offsets += int(batch.crow_indices()[-1])
+            rows += batch.shape[0]
+        crows.append(torch.tensor([offsets], dtype=crows[0].dtype, device=crows[0].device))
+        return torch.sparse_csr_tensor(
+            torch.cat(crows),
+            torch.cat([b.col_indices() for b in batches]),
+            torch.cat([b.values() for b in batches]),
+            size=(rows, batches[0].shape[1]),
+        )
+
     def _cast(self, batch: torch.Tensor) -> torch.Tensor:
         """The batch in the model's floating type."""
         return batch.to(self.beta.dtype)
@@ -406,6 +439,15 @@ class ProdLDA(nn.Module):
         pooled = [[n for n in group if isinstance(getattr(self, n), PooledBatchNorm)] for group in groups]
         return [group for group in pooled if group]
 
+    def pooled_statistics_shapes(self) -> dict[str, torch.Size]:
+        """Names and shapes of the statistics a one-party pooled step returns (its whole batch's)."""
+        shapes = {}
+        for name in (layer for group in self.pooled_groups() for layer in group):
+            size = getattr(self, name).running_mean.shape
+            shapes[f"{name}.mean"] = size
+            shapes[f"{name}.var"] = size
+        return shapes
+
     @torch.no_grad()
     def apply_pooled_statistics(self, sums: dict[str, tuple[torch.Tensor, torch.Tensor]], total: float) -> None:
         """Fold a pooled step's mean and unbiased variance (from its sums) into the running estimates."""
@@ -416,9 +458,11 @@ class ProdLDA(nn.Module):
             layer.update(mean.to(layer.running_mean.dtype), var.to(layer.running_var.dtype))
 
     @torch.no_grad()
-    def apply_statistics(self, statistics: dict[str, torch.Tensor]) -> None:
-        """Fold aggregated batch statistics into the BatchNorm running estimates."""
-        for name in self._batch_norms():
+    def apply_statistics(self, statistics: dict[str, torch.Tensor], pooled: bool = False) -> None:
+        """Fold aggregated batch statistics into the BatchNorm running estimates (``pooled``: of
+        the pooled layers, from a step one party held whole)."""
+        names = [layer for group in self.pooled_groups() for layer in group] if pooled else self._batch_norms()
+        for name in names:
             getattr(self, name).update(statistics[f"{name}.mean"], statistics[f"{name}.var"])
 
     @contextlib.contextmanager
