@@ -39,7 +39,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested |= {"bench_flower.py", "bench_quality.py", "bench_learning_curve.py", "bench_vocab_floors.py"}
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
     tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py", "bench_secagg.py"}
-    tested |= {"bench_attacks.py", "make_small_corpora.py", "bench_small_corpora.py"}
+    tested |= {"bench_attacks.py", "make_small_corpora.py", "bench_small_corpora.py", "bench_pooled.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -106,6 +106,20 @@ def test_bench_quality_reads_the_organisations_raw_tables(tmp_path: Path) -> Non
     assert "| ours, federated (5 organisations) |" in out
     corpus = next(line for line in out.splitlines() if line.startswith(f"raw tables under {tmp_path}"))
     assert int(corpus.split(" organisations, ")[1].split(" training")[0]) <= 300, corpus  # 60 per organisation
+
+
+@pytest.mark.slow  # two kedro bootstraps and four short trainings: over 30 s on two busy cores
+def test_bench_pooled_smoke(tmp_path: Path) -> None:
+    """Pooled BatchNorm's cost against layer and batch, and its spread of honest values per exchange."""
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    run_bench("bench_pooled.py", "cost", "--smoke", "--json", str(tmp_path / "cost.json"))
+    run_bench("bench_pooled.py", "spread", "--smoke", "--json", str(tmp_path / "spread.json"))
+    cost = json.loads((tmp_path / "cost.json").read_text())["cost"]
+    assert set(cost["cpu_s_per_step"]) == {"layer", "batch", "pooled_batch"}
+    assert [cost["last_step"][k]["messages"] for k in ("layer", "batch", "pooled_batch")] == [1, 1, 5]
+    spread = json.loads((tmp_path / "spread.json").read_text())["spread"]
+    assert {"sums 1", "sums 2", "derivatives 2", "derivatives 1", "gradient"} <= set(spread), spread
+    assert all(v["percentiles"]["50"] >= 1.0 for k, v in spread.items() if k != "steps")
 
 
 def test_bench_vocab_floors_smoke() -> None:
