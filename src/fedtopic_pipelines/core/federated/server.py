@@ -236,11 +236,13 @@ class FederatedServer:
                 return answered if answered is not None else members
 
     def _present(self, sampled: list[str] | None, round_: int) -> list[str] | None:
-        """The organisations asked this round, without those sitting out (:meth:`_void`)."""
+        """The organisations asked this round, without those sitting out (:meth:`_void`); all of them
+        if none would be left."""
         away = {org for org, back in self.sitting_out.items() if back > round_}
         if not away or (sampled is None and self.capacity is None):
             return sampled
-        return [org for org in (sampled if sampled is not None else self.capacity or {}) if org not in away]
+        present = [org for org in (sampled if sampled is not None else self.capacity or {}) if org not in away]
+        return present or sampled
 
     def _void(self, round_: int, asked: list[str], kept: list[Update], exchanged: _Exchanges) -> bool:
         """Whether this exchanging round must not step: an organisation whose documents are in the
