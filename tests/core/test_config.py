@@ -138,6 +138,9 @@ def test_pooled_batchnorm_refuses_what_it_cannot_honour() -> None:
     secure["privacy"] = {"secure_aggregation": True}
     with pytest.raises(ConfigError, match=r"secure_aggregation' is on with 'train.model.decoder_normalization: pooled"):
         from_mapping(TrainConfig, secure, "train")
+    robust = {"model": pooled, "privacy": {"robust_rule": "median"}}
+    with pytest.raises(ConfigError, match=r"'privacy.robust_rule' is 'median' with 'train.model.normalization: pooled"):
+        from_mapping(TrainConfig, robust, "train")
     assert from_mapping(TrainConfig, {"model": pooled}, "train").model.pooled()
 
 

@@ -126,6 +126,13 @@ class TrainConfig(ConfigModel):
                 "batch's BatchNorm means and variances, in the clear and outside what the accountant bounds; use "
                 "normalization layer or none (docs/privacy.md)"
             )
+        if privacy.robust and self.model.pooled():
+            raise ValueError(
+                f"'privacy.robust_rule' is {privacy.robust_rule!r} with {self.model.batch_setting()}: under pooled "
+                "BatchNorm each organisation's gradient carries parts that only the others' cancel, so a median, "
+                "trimmed mean or Krum of them is no gradient; use the mean (the screen still applies) or "
+                "normalization batch, layer or none (docs/batchnorm.md)"
+            )
         if privacy.secure_aggregation and self.model.pooled():
             raise ValueError(
                 f"'privacy.secure_aggregation' is on with {self.model.batch_setting()}: pooled BatchNorm's sums go to "
