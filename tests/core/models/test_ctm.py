@@ -63,7 +63,8 @@ def test_zeroshot_refuses_a_normalisation_that_collapses_it() -> None:
     from fedtopic_pipelines.core.config import ConfigError, TrainConfig
 
     for kind in ("layer", "none"):
-        with pytest.raises(ConfigError, match=f"ZeroShotTM needs 'train.model.normalization: batch'.*not '{kind}'"):
+        needs = f"ZeroShotTM needs 'train.model.normalization: pooled_batch'.*not '{kind}'"
+        with pytest.raises(ConfigError, match=needs):
             TrainConfig.from_params({"model": {"family": "zeroshottm", "normalization": kind}})
     assert TrainConfig.from_params({"model": {"family": "combinedtm", "normalization": "layer"}})  # measured fine
 

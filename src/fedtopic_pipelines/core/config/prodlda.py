@@ -117,8 +117,8 @@ class ZeroShotTMConfig(ProdLDAConfig):
         # BatchNorm, CTM's, standardises mu over the batch's documents and does not.
         if self.normalization not in ("batch", "pooled_batch"):
             raise ValueError(
-                f"ZeroShotTM needs 'train.model.normalization: batch' (CTM's) or 'pooled_batch', not "
-                f"{self.normalization!r}: without "
+                "ZeroShotTM needs 'train.model.normalization: pooled_batch' (or 'batch', CTM's, whose per-organisation "
+                f"statistics collapse it federated), not {self.normalization!r}: without "
                 "BatchNorm its documents collapse onto the same topic proportions (docs/ctm.md)"
             )
         return self
