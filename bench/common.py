@@ -26,7 +26,6 @@ from fedtopic_pipelines.core.federated.family import ServerPreparation
 from fedtopic_pipelines.core.federated.server import FederatedServer
 from fedtopic_pipelines.core.federation import stopping_rule, strategy_of
 from fedtopic_pipelines.core.model_store import TrainedModel
-from fedtopic_pipelines.core.models.ctm import ContextualBatch
 from fedtopic_pipelines.core.seeds import derive_seed
 from fedtopic_pipelines.core.site import Site
 from fedtopic_pipelines.parameters import ProjectConfig, validate_parameters
@@ -114,35 +113,16 @@ def demo_corpus(
     return chain_texts(params, project, corpus_tables(params, raw))
 
 
-def concatenate_batches(batches: list[Any]) -> Any:
-    """Several organisations' batches as one: sparse CSR rows stacked (with their sentence
-    embeddings, for a contextual family), so one forward pass normalises them together."""
-    if isinstance(batches[0], ContextualBatch):
-        bows = concatenate_batches([b.bow for b in batches])
-        return ContextualBatch(bows, torch.cat([b.embeddings for b in batches]))
-    offsets, rows, crows = 0, 0, []
-    for batch in batches:
-        crows.append(batch.crow_indices()[:-1] + offsets)
-        offsets += int(batch.crow_indices()[-1])
-        rows += batch.shape[0]
-    crows.append(torch.tensor([offsets], dtype=crows[0].dtype, device=crows[0].device))
-    return torch.sparse_csr_tensor(
-        torch.cat(crows),
-        torch.cat([b.col_indices() for b in batches]),
-        torch.cat([b.values() for b in batches]),
-        size=(rows, batches[0].shape[1]),
-    )
-
-
 class SynchronisedStreams:
-    """Each organisation's next batch (the federated client's own stream), concatenated into one
-    batch that BatchNorm normalises together, with the first organisation's noise."""
+    """Each organisation's next batch (the federated client's own stream), joined into one batch
+    that BatchNorm normalises together (``join``: the model's), with the first organisation's noise."""
 
-    def __init__(self, sources: list[Any]) -> None:
+    def __init__(self, sources: list[Any], join: Any) -> None:
         self.sources = sources
+        self.join = join
 
     def next_batches(self) -> list[tuple[Any, torch.Generator]]:
-        return [(concatenate_batches([s.next_batch() for s in self.sources]), self.sources[0].noise)]
+        return [(self.join([s.next_batch() for s in self.sources]), self.sources[0].noise)]
 
 
 def train_synchronised(
@@ -163,13 +143,9 @@ def train_synchronised(
     sources = [family.stream(p.train, config, derive_seed(config.seed, i), device) for i, p in enumerate(prepared)]
     held = family.concatenate([p.validation for p in prepared]) if validate else None
     with compute_threads(config.threads), deterministic_algorithms():
+        local = family.create_model(vocab_size, config, device)
         client = FamilyClient(
-            "server",
-            family,
-            family.create_model(vocab_size, config, device),
-            SynchronisedStreams(sources),
-            held,
-            derive_seed(config.seed, 2000, 0),
+            "server", family, local, SynchronisedStreams(sources, local.join), held, derive_seed(config.seed, 2000, 0)
         )
         model = family.create_model(vocab_size, config, device)
         if vocabulary is not None and isinstance(family, ServerPreparation):

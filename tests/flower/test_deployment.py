@@ -90,34 +90,27 @@ def test_every_node_holds_the_deployment_vocabulary_key_and_the_superlink_none(f
 
 
 @pytest.mark.slow  # over 30 s on two cores
-def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation) -> None:
+@pytest.mark.parametrize(
+    ("model", "rounds", "messages"),
+    [
+        ({}, ROUNDS, 1),
+        # pooled BatchNorm: each round's four exchanges and its gradient cross the real SuperNodes
+        ({"normalization": "pooled_batch"}, 2, 5),
+    ],
+    ids=["default", "pooled_batch"],
+)
+def test_loopback_run_with_tls_and_auth_equals_the_in_process_engine(federation, model, rounds, messages) -> None:
     fed, paths, root = federation
-    train = {**TRAIN, "max_steps": ROUNDS}
-    job_file = root / "job.json"
+    train = {**TRAIN, "max_steps": rounds, "model": {**TRAIN["model"], **model}}
+    job_file = root / f"job-{messages}.json"
     job_file.write_text(json.dumps(job(list(paths), train).to_dict()))
-    fed.submit({"job-file": str(job_file), "output-dir": str(root / "out")}, timeout=240)
-    _, model, run = load_result(root / "out")
+    fed.submit({"job-file": str(job_file), "output-dir": str(root / f"out-{messages}")}, timeout=300)
+    _, model_, run = load_result(root / f"out-{messages}")
     _, expected = in_process(paths, train)
-    worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
+    worst = max(float((model_.state[k] - expected[k]).abs().max()) for k in expected)
     assert worst <= 1e-5, f"max abs parameter difference {worst}"
-    assert len(model.history) == ROUNDS
-    assert sorted(run["nodes"]) == sorted(paths) and len(run["latencies_s"]) == ROUNDS
-
-
-@pytest.mark.slow  # five messages per round through real processes
-def test_loopback_pooled_batchnorm_rounds_equal_the_in_process_engine(federation) -> None:
-    """``pooled_batch``: each round's four exchanges and its gradient cross real SuperNodes."""
-    fed, paths, root = federation
-    rounds = 2
-    train = {**TRAIN, "max_steps": rounds, "model": {**TRAIN["model"], "normalization": "pooled_batch"}}
-    job_file = root / "job-pooled.json"
-    job_file.write_text(json.dumps(job(list(paths), train).to_dict()))
-    fed.submit({"job-file": str(job_file), "output-dir": str(root / "out-pooled")}, timeout=300)
-    _, model, _ = load_result(root / "out-pooled")
-    _, expected = in_process(paths, train)
-    worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
-    assert worst <= 1e-5, f"max abs parameter difference {worst}"
-    assert [r.exchanges for r in model.history] == [5] * rounds
+    assert [r.exchanges for r in model_.history] == [messages] * rounds
+    assert sorted(run["nodes"]) == sorted(paths) and len(run["latencies_s"]) == rounds * messages  # per message
 
 
 @pytest.mark.slow  # over 30 s on two cores

@@ -308,27 +308,36 @@ def _write_raw(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case, tmp_path, tiny_sentence_model) -> None:
+def _in_process_and_on_the_grid(spec: FamilyCase, config: TrainConfig, tmp_path: Path):
+    """The tiny raw tables' federation run by the in-process engine and on Flower's own grid
+    objects (ClientApp, Message, Context) in one process: the raw folders and both results."""
     from fedtopic_pipelines.flower.client_app import app as client_app
     from fedtopic_pipelines.flower.federation import Job, run_flower_federation
     from tests.flower.local_grid import LocalGrid
 
-    name, spec = case
-    config = _raw_text_config(name, spec, tiny_sentence_model, validation_fraction=0.25, validation_every=4)
     preprocess = PreprocessConfig.model_validate(spec.preprocess)
     consensus = ConsensusConfig.model_validate(spec.consensus)
     paths = _write_raw(tmp_path)
     orgs = list(paths)
-
     endpoints = [FolderEndpoint(org, paths[org], tmp_path / "cache-a" / org) for org in orgs]
     in_process = run_federation(InProcessEngine(endpoints), orgs, config, preprocess=preprocess, consensus=consensus)
-
     nodes = {
         100 + i: {"organisation": org, "data-path": str(paths[org]), "cache-dir": str(tmp_path / "cache-b" / org)}
         for i, org in enumerate(reversed(orgs))  # node order differs from the job's
     }
     job = Job(orgs, spec.preprocess, spec.consensus, config.to_params())
     flower, _ = run_flower_federation(LocalGrid(client_app, nodes), job)
+    return paths, in_process, flower
+
+
+def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case, tmp_path, tiny_sentence_model) -> None:
+
+    name, spec = case
+    config = _raw_text_config(name, spec, tiny_sentence_model, validation_fraction=0.25, validation_every=4)
+    preprocess = PreprocessConfig.model_validate(spec.preprocess)
+    consensus = ConsensusConfig.model_validate(spec.consensus)
+    paths, in_process, flower = _in_process_and_on_the_grid(spec, config, tmp_path)
+    orgs = list(paths)
 
     raw = {org: read_raw(paths[org]) for org in orgs}
     vocabulary, bows, texts = run_sites(raw, preprocess, consensus, train_texts=True)
@@ -370,25 +379,9 @@ def test_pooled_batchnorm_exchanges_cross_the_flower_grid_unchanged(tmp_path) ->
     """``pooled_batch``'s exchanges (sums, derivatives, then the gradient) go through the Flower
     records and the ClientApp, which may rebuild a client for every message, and give the
     in-process model to the last bit."""
-    from fedtopic_pipelines.flower.client_app import app as client_app
-    from fedtopic_pipelines.flower.federation import Job, run_flower_federation
-    from tests.flower.local_grid import LocalGrid
-
     spec = CASES["prodlda"]
     config = _config(spec, model={**spec.train["model"], "normalization": "pooled_batch"}, max_steps=4)
-    preprocess = PreprocessConfig.model_validate(spec.preprocess)
-    consensus = ConsensusConfig.model_validate(spec.consensus)
-    paths = _write_raw(tmp_path)
-    orgs = list(paths)
-    endpoints = [FolderEndpoint(org, paths[org], tmp_path / "cache-a" / org) for org in orgs]
-    in_process = run_federation(InProcessEngine(endpoints), orgs, config, preprocess=preprocess, consensus=consensus)
-    nodes = {
-        100 + i: {"organisation": org, "data-path": str(paths[org]), "cache-dir": str(tmp_path / "cache-b" / org)}
-        for i, org in enumerate(orgs)
-    }
-    flower, _ = run_flower_federation(
-        LocalGrid(client_app, nodes), Job(orgs, spec.preprocess, spec.consensus, config.to_params())
-    )
+    _, in_process, flower = _in_process_and_on_the_grid(spec, config, tmp_path)
     assert [r.exchanges for r in flower.model.history] == [5] * 4
     assert _states_equal(in_process.model.state, flower.model.state)
     assert [r.loss for r in in_process.model.history] == [r.loss for r in flower.model.history]
