@@ -95,7 +95,7 @@ def test_every_node_holds_the_deployment_vocabulary_key_and_the_superlink_none(f
     [
         ({}, ROUNDS, 1),
         # pooled BatchNorm: each round's four exchanges and its gradient cross the real SuperNodes
-        ({"normalization": "pooled_batch"}, 2, 5),
+        ({"normalization": "pooled_batch"}, 1, 5),
     ],
     ids=["default", "pooled_batch"],
 )
