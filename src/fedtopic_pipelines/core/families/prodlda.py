@@ -79,9 +79,7 @@ class ProdLDAFamily(BagOfWordsData):
         loss = sum(p.loss * (p.n / n) for p in parts)
         loss.backward()
         # Fresh tensors every step (zero_grad(set_to_none=True) above), so no copy is needed.
-        # Only shared parameters' gradients leave: a subclass may keep some parameters local.
-        shared = set(self.shared_names(model))
-        grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
+        grads = self._shared_grads(model)
         statistics = weighted_mean([p.statistics for p in parts], [p.n for p in parts])
         return LocalStep(grads, n, _losses(parts), statistics=statistics)
 
@@ -117,16 +115,19 @@ class ProdLDAFamily(BagOfWordsData):
         model.zero_grad(set_to_none=True)
         objective, parts = _pooled_objective(model, stream, sums, total, state, done, keep=False)
         objective.backward()
-        shared = set(self.shared_names(model))
-        grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
+        grads = self._shared_grads(model)
         return LocalStep(grads, sum(p.n for p in parts), _losses(parts))
+
+    def _shared_grads(self, model: ProdLDA) -> dict[str, torch.Tensor]:
+        """The gradients that leave: only the shared parameters' (a subclass may keep some local)."""
+        shared = set(self.shared_names(model))
+        return {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
 
     def _union_step(self, model: ProdLDA, stream: BatchSource | GhostBatchSource) -> LocalStep:
         model.zero_grad(set_to_none=True)
         part = model.loss_on_union(stream.next_batches())
         part.loss.backward()
-        shared = set(self.shared_names(model))
-        grads = {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
+        grads = self._shared_grads(model)
         return LocalStep(grads, part.n, _losses([part]), statistics=part.statistics)
 
     def private_step(

@@ -22,7 +22,7 @@ says ``SOLO`` and it normalises all its batches of the step as one, with the sta
 beside its gradient as ``batch`` sends them.
 
 This module names the exchanges and the tensors they carry; the family computes them
-(``PooledNormFamily`` in ``family.py``), the strategy orchestrates them (``PooledFedSGD``).
+(the ``PooledNorm`` protocol in ``family.py``), the strategy orchestrates them (``PooledFedSGD``).
 """
 
 from __future__ import annotations

@@ -192,7 +192,8 @@ class FederatedServer:
         exchanges start again without it (the exchanges draw nothing, so a restart is exact)."""
         members = sampled
         while True:
-            parties = len(members) if members is not None else None if self.capacity is None else len(self.capacity)
+            known = members if members is not None else self.capacity  # None: the server cannot tell
+            parties = None if known is None else len(known)
             exchanges = self.strategy.exchanges(round_, parties)  # type: ignore[attr-defined]
             answered: list[str] | None = None
             try:
@@ -302,8 +303,7 @@ class FederatedServer:
             raise NoUsableUpdates(
                 f"{self.name} round {round_}: no usable update (rejected {rejected}, failed {replies.failures})"
             )
-        everyone = list(sampled) if sampled is not None else list(self.capacity or {u.client_id for u in accepted})
-        voided = exchanging and self._void(round_, everyone, accepted, exchanged)
+        voided = exchanging and self._void(round_, asked or [u.client_id for u in accepted], accepted, exchanged)
         server_metrics = {} if voided else self.strategy.aggregate(accepted, self.stopping.tolerance > 0)
         n = sum(u.num_examples for u in accepted)
         names = list(dict.fromkeys(name for u in accepted for name in u.metrics))

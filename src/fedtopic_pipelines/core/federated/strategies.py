@@ -101,8 +101,7 @@ class BatchStatistics:
         self.model = model
         self.pooled = pooled  # a one-party pooled step's statistics (its pooled layers'), not per-organisation ones
         dtype = next(model.parameters()).dtype
-        shapes = model.pooled_statistics_shapes() if pooled else model.statistics_shapes()
-        self.specs = {name: TensorSpec(tuple(shape), dtype) for name, shape in shapes.items()}
+        self.specs = {name: TensorSpec(tuple(shape), dtype) for name, shape in model.statistics_shapes(pooled).items()}
 
     def check(self, update: Update) -> None:
         for name, value in update.statistics.items():
@@ -258,8 +257,7 @@ class PooledFedSGD(FedSGD):
         self.groups: list[list[str]] = model.pooled_groups()
         self.sizes = {layer: tuple(getattr(model, layer).running_mean.shape) for g in self.groups for layer in g}
         self._context: dict[str, torch.Tensor] = {}
-        self._total = 0.0
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, int] = {}  # each organisation's documents in this step (its first exchange)
         self._solo = False
         self.solo_statistics = BatchStatistics(model, pooled=True)
 
@@ -268,7 +266,7 @@ class PooledFedSGD(FedSGD):
         params = self.parameters()
         context: dict[str, torch.Tensor] = {}
         n_groups = len(self.groups)
-        self._total, self._counts = 0.0, {}
+        self._counts = {}
         self._solo = parties == 1
         if self._solo:  # one party holds the step whole: nothing to exchange (pooled.SOLO)
             self._context = {}
@@ -278,12 +276,16 @@ class PooledFedSGD(FedSGD):
             updates = yield Instruction(round_, {**params, **context}, config)
             if phase == 0:
                 self._counts = {u.client_id: u.num_examples for u in updates}
-                self._total = float(sum(self._counts.values()))
             if forward_group(phase, n_groups) is not None:
                 context.update(total([u.tensors for u in updates]))
             else:
                 context.update(weighted_mean([u.tensors for u in updates], [u.num_examples for u in updates]))
         self._context = context
+
+    @property
+    def _total(self) -> float:
+        """N, the step's documents over all organisations (0 before the first exchange)."""
+        return float(sum(self._counts.values()))
 
     def instruction(self, round_: int) -> Instruction:
         self.round = round_
@@ -311,10 +313,11 @@ class PooledFedSGD(FedSGD):
                 f"it counts {update.num_examples} documents, {self._counts.get(update.client_id)} in the step's first "
                 "exchange",
             )
-        if forward_group(phase, len(self.groups)) is None:
+        group = forward_group(phase, len(self.groups))
+        if group is None:
             return
         n, limits = update.num_examples, BatchStatistics
-        for layer in self.groups[forward_group(phase, len(self.groups))]:
+        for layer in self.groups[group]:
             s1, s2 = (update.tensors[name] for name in sum_names(layer))
             if bool((s1.abs() > limits.MEAN_LIMIT * n).any()):
                 raise UpdateRejected(update.client_id, f"a sum of '{layer}' exceeds {limits.MEAN_LIMIT:g} per document")

@@ -337,12 +337,7 @@ class ProdLDA(nn.Module):
         ``pooled``: the pooled BatchNorm sums of the step (raises :class:`PassComplete` when the
         pass came only to collect this batch's own)."""
         bow = self._cast(bow)
-        n = self._bow(bow).shape[0]
-        if n < 2 and self.config.batch_coupled():
-            raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
-        stats: dict[str, torch.Tensor] = {} if pooled is None else pooled
-        rl, kl = self._negative_elbo(bow, generator, stats)
-        return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, n)
+        return self._batch_loss(bow, self.draws(self.documents(bow), generator), {} if pooled is None else pooled)
 
     def loss_on_union(self, parts: list[tuple[torch.Tensor, torch.Generator | None]]) -> BatchLoss:
         """Mean negative ELBO of several batches normalised as ONE BatchNorm batch, each drawing
@@ -353,12 +348,14 @@ class ProdLDA(nn.Module):
         generators = [generator for _, generator in parts]
         draws = [self.draws(self.documents(b), g) for b, g in zip(batches, generators, strict=True)]
         joined = Draws(*(torch.cat(d) if d[0] is not None else None for d in zip(*draws, strict=True)))
-        batch = self.join(batches)
+        return self._batch_loss(self.join(batches), joined, {})
+
+    def _batch_loss(self, batch: torch.Tensor, draws: Draws, stats: dict[str, torch.Tensor]) -> BatchLoss:
+        """The mean negative ELBO of a training batch with its draws; BatchNorm needs 2 documents."""
         n = self.documents(batch)
         if n < 2 and self.config.batch_coupled():
             raise ValueError("ProdLDA needs at least 2 documents per batch (BatchNorm statistics)")
-        stats: dict[str, torch.Tensor] = {}
-        rl, kl = self(batch, joined, stats)
+        rl, kl = self(batch, draws, stats)
         return BatchLoss((rl + kl).mean(), kl.detach().mean(), rl.detach().mean(), stats, n)
 
     @staticmethod
@@ -418,14 +415,18 @@ class ProdLDA(nn.Module):
         """
         return self(bow, self.draws(self._bow(bow).shape[0], generator), stats)
 
-    def statistics_shapes(self) -> dict[str, torch.Size]:
-        """Names and shapes of the batch statistics a training step returns."""
+    def statistics_shapes(self, pooled: bool = False) -> dict[str, torch.Size]:
+        """Names and shapes of the batch statistics a training step returns (``pooled``: those a
+        one-party pooled step returns, its whole batch's)."""
         shapes = {}
-        for name in self._batch_norms():
+        for name in self._statistic_layers(pooled):
             size = getattr(self, name).running_mean.shape
             shapes[f"{name}.mean"] = size
             shapes[f"{name}.var"] = size
         return shapes
+
+    def _statistic_layers(self, pooled: bool) -> list[str]:
+        return [layer for group in self.pooled_groups() for layer in group] if pooled else self._batch_norms()
 
     def _batch_norms(self) -> list[str]:
         """The per-organisation BatchNorm layers (``batch``), whose statistics each client sends."""
@@ -438,15 +439,6 @@ class ProdLDA(nn.Module):
         groups = (("mu_bn", "sigma_bn"), ("beta_bn",))
         pooled = [[n for n in group if isinstance(getattr(self, n), PooledBatchNorm)] for group in groups]
         return [group for group in pooled if group]
-
-    def pooled_statistics_shapes(self) -> dict[str, torch.Size]:
-        """Names and shapes of the statistics a one-party pooled step returns (its whole batch's)."""
-        shapes = {}
-        for name in (layer for group in self.pooled_groups() for layer in group):
-            size = getattr(self, name).running_mean.shape
-            shapes[f"{name}.mean"] = size
-            shapes[f"{name}.var"] = size
-        return shapes
 
     @torch.no_grad()
     def apply_pooled_statistics(self, sums: dict[str, tuple[torch.Tensor, torch.Tensor]], total: float) -> None:
@@ -461,8 +453,7 @@ class ProdLDA(nn.Module):
     def apply_statistics(self, statistics: dict[str, torch.Tensor], pooled: bool = False) -> None:
         """Fold aggregated batch statistics into the BatchNorm running estimates (``pooled``: of
         the pooled layers, from a step one party held whole)."""
-        names = [layer for group in self.pooled_groups() for layer in group] if pooled else self._batch_norms()
-        for name in names:
+        for name in self._statistic_layers(pooled):
             getattr(self, name).update(statistics[f"{name}.mean"], statistics[f"{name}.var"])
 
     @contextlib.contextmanager
