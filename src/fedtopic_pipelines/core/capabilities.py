@@ -41,7 +41,8 @@ class FamilyCapabilities:
     ``fednmf``, ``pctd``). ``probabilistic``: it gives each document a word distribution (perplexity);
     ``membership_audit``: the privacy audit's membership-inference attack reads its
     per-document loss. ``reads_broadcast``: its client may read the broadcast tensors in place
-    (no copy) because a local step never writes them.
+    (no copy) because a local step never writes them. ``local_steps``: under a weights rule its
+    local update can stop after ``train.aggregation.local_steps`` batches (not whole epochs).
     """
 
     data_kind: DataKind
@@ -57,6 +58,7 @@ class FamilyCapabilities:
     probabilistic: bool = True
     membership_audit: bool = False
     reads_broadcast: bool = False
+    local_steps: bool = True
 
     def __post_init__(self) -> None:
         if self.default_rule not in self.rules:

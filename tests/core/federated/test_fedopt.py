@@ -137,6 +137,12 @@ def test_rules_that_do_not_fit_the_family_are_refused_naming_the_parameter() -> 
         TrainConfig.from_params({"model": {"normalization": "batch"}, "aggregation": {"rule": "fedadam"}})
     with pytest.raises(ConfigError, match="local_epochs' is 3, but FedSGD"):
         TrainConfig.from_params({"aggregation": {"local_epochs": 3}})
+    with pytest.raises(ConfigError, match="local_steps' is 20, but 'fedsgd' sends one mini-batch"):
+        TrainConfig.from_params({"aggregation": {"local_steps": 20}})
+    with pytest.raises(ConfigError, match="local update runs whole epochs: set 'train.aggregation.local_epochs'"):
+        TrainConfig.from_params({"model": nmf, "optimizer": {"name": "sgd"}, "aggregation": {"local_steps": 20}})
+    layer = {"model": {"normalization": "layer"}, "aggregation": {"rule": "fedavg", "local_steps": 20}}
+    assert TrainConfig.from_params(layer).aggregation.local_steps == 20
     with pytest.raises(ConfigError, match="train.aggregation.rule"):
         TrainConfig.from_params({"aggregation": {"rule": "fedprox"}})
     assert TrainConfig.from_params({"model": nmf, "optimizer": {"name": "sgd"}}).rule == "fedavg"

@@ -43,6 +43,10 @@ class AggregationConfig(ConfigModel):
     (eta 0.1 for FedAdagrad and FedAdam, 0.01 for FedYogi; beta_1 0.9, and 0 for FedAdagrad,
     whose Flower implementation has no momentum); docs/fedopt.md.
 
+    ``local_steps`` E: instead of whole epochs, each sampled organisation takes E steps of
+    ``train.batch_size`` documents per round (McMahan et al.'s FedAvg counts local work in
+    steps too); a family whose local update runs whole epochs (NMF) refuses it.
+
     ``client_fraction`` C: each round samples floor(C K) of the K organisations with a
     generator seeded by ``train.seed`` and the round (seed 004 Algorithm 1, line 4-5).
     """
@@ -52,6 +56,7 @@ class AggregationConfig(ConfigModel):
     rule: Literal["fedsgd", "fedavg", "fedadagrad", "fedyogi", "fedadam"] | None = None
     client_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     local_epochs: PositiveInt = 1
+    local_steps: PositiveInt | None = None
     eta: PositiveFloat | None = None
     beta_1: Unit | None = None
     beta_2: Unit = 0.99

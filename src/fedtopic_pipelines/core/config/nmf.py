@@ -31,6 +31,7 @@ class NMFConfig(FamilyConfig):
         data_kind=DataKind.BAG_OF_WORDS,
         rules=frozenset(WEIGHT_RULES),
         default_rule="fedavg",
+        local_steps=False,  # its ClientUpdate is whole epochs over the documents' own topic weights
         rule_refusal=(
             "'train.aggregation.rule' is {rule!r}, but NMF trains local epochs and sends weights (seed 004 "
             "Algorithm 1): choose one of {rules}"

@@ -97,6 +97,17 @@ class TrainConfig(ConfigModel):
         if rule in WEIGHT_RULES and self.optimizer.name == "sparse_adam":
             raise ValueError("'train.optimizer.name' 'sparse_adam' is for sparse rows, not local epochs")
         self._privacy_fits(rule)
+        steps = self.aggregation.local_steps
+        if steps is not None and rule not in WEIGHT_RULES:
+            raise ValueError(
+                f"'train.aggregation.local_steps' is {steps}, but {rule!r} sends one mini-batch's gradient per "
+                f"round; local steps need a weights rule ({list(WEIGHT_RULES)})"
+            )
+        if steps is not None and not capabilities.local_steps:
+            raise ValueError(
+                f"'train.aggregation.local_steps' is {steps}, but this family's local update runs whole epochs: "
+                "set 'train.aggregation.local_epochs' instead"
+            )
         if rule == "fedsgd" and self.aggregation.local_epochs != 1:
             raise ValueError(
                 f"'train.aggregation.local_epochs' is {self.aggregation.local_epochs}, but FedSGD sends one "

@@ -118,11 +118,14 @@ def gradient_epochs(
     device: torch.device,
     ghosts: int | None = None,
 ) -> LocalStep:
-    """FedAvg's ClientUpdate for a gradient family: ``local_epochs`` passes of its batch stream,
-    each batch's gradient applied by a fresh ``train.optimizer`` to the shared parameters."""
+    """FedAvg's ClientUpdate for a gradient family: ``local_steps`` batches, or ``local_epochs``
+    passes, of its batch stream, each batch's gradient applied by a fresh ``train.optimizer`` to
+    the shared parameters."""
     stream = family.stream(data, config, seed, device, ghosts)
     rows = family.rows(data)
-    steps = config.aggregation.local_epochs * family.steps_per_epoch(rows, config, ghosts)
+    steps = config.aggregation.local_steps or config.aggregation.local_epochs * family.steps_per_epoch(
+        rows, config, ghosts
+    )
     shared = family.shared_names(model)
     params = dict(model.named_parameters())
     optimizer = make_optimizer([params[n] for n in shared], config.optimizer)
