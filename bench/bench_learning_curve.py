@@ -19,13 +19,26 @@ block), so the point at ``train.max_steps`` with ``train.seed`` is the run's met
 * macro-F1: each organisation's SVM macro-F1 on its held-out documents' topic proportions,
   averaged over the organisations where it is defined (``_held_out_scores``).
 
-``--variants`` compares ``train.model`` options (docs/batchnorm.md, section 6). ``--topics-out``
-writes every point's top words (JSON).
+``--variants`` compares ``train.model`` options (docs/batchnorm.md, section 6), or any other
+``train`` option by its path (``aggregation.rule=fedavg``). ``--topics-out`` writes every
+point's top words (JSON).
+
+``--penalty FORM:WEIGHT[:SHARPNESS]`` adds a topic-decorrelation penalty to every batch's
+loss, a function of the decoder's weights alone (so federated = centralized still holds), to
+measure whether one removes duplicate topics and at what cost (docs/results.md). The project
+does not ship one: none did on the demo. FORM is one of ``PENALTIES``: the mean over topic
+pairs of the squared cosine between the rows of the decoder's weights centred over the words
+(``correlation``), of the positive part of the cosine squared between rows centred over the
+topics, a word's background removed (``deviation``), or of the squared cosine between the
+topics' sharpened word distributions softmax(SHARPNESS z), z the row standardised over the
+words (``top_words``, SHARPNESS 2 by default: the mass on each topic's top words).
 
     python bench/bench_learning_curve.py --batch-sizes 64 16 --passes 40 --every 4
     python bench/bench_learning_curve.py --batch-sizes 32 --steps 5600 --every-steps 1400 \
         --scenarios federated centralized --seeds 42 7 1234
     python bench/bench_learning_curve.py --batch-sizes 32 --variants "" "word_bias=true" "normalization=batch"
+    python bench/bench_learning_curve.py --batch-sizes 32 --steps 2800 --every-steps 2800 \
+        --scenarios federated --variants "" --penalty top_words:10
     python bench/bench_learning_curve.py --smoke
 """
 
@@ -41,11 +54,13 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 import yaml
 from common import ROOT, demo_tables, project_config
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.config import WEIGHT_RULES, EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.config.aggregation import participants_per_round
 from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
@@ -55,6 +70,7 @@ from fedtopic_pipelines.core.metrics.coherence import (
     sum_counts,
 )
 from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
+from fedtopic_pipelines.core.models.prodlda import ProdLDA, decoder_weight
 
 logger = logging.getLogger("bench.learning_curve")
 
@@ -148,10 +164,73 @@ class Curve:
         self._last = time.perf_counter()
 
 
-def model_overrides(variant: str) -> dict[str, Any]:
-    """``'normalization=layer,word_bias=true'`` -> ``{"normalization": "layer", "word_bias": True}`` (YAML values)."""
-    pairs = (item.split("=", 1) for item in variant.split(",") if item)
-    return {key.strip(): yaml.safe_load(value) for key, value in pairs}
+def documents_per_round(train, matrices: dict[str, Any]) -> float:
+    """Training documents a round reads, over every organisation: one batch each under FedSGD (the
+    centralized scenario's ghost batches alike); under a weights rule ``local_steps`` batches or
+    ``local_epochs`` epochs of each sampled organisation (``client_fraction`` of them on average)."""
+    if train.rule not in WEIGHT_RULES:
+        return train.batch_size * len(matrices)
+    aggregation = train.aggregation
+    per_org = [
+        aggregation.local_steps * train.batch_size if aggregation.local_steps else aggregation.local_epochs * m.shape[0]
+        for m in matrices.values()
+    ]
+    return sum(per_org) * participants_per_round(len(matrices), aggregation.client_fraction) / len(matrices)
+
+
+def overrides(variant: str, train: dict[str, Any], configured: dict[str, Any]) -> dict[str, Any]:
+    """``train`` with a variant's settings over the ``configured`` blocks: ``'normalization=layer,
+    word_bias=true'`` sets ``train.model`` options, a dotted key (``aggregation.rule=fedavg``)
+    any ``train`` option; values are YAML."""
+    train = {**train, "model": {**configured.get("model", {}), **train.get("model", {})}}
+    for item in filter(None, variant.split(",")):
+        key, value = (part.strip() for part in item.split("=", 1))
+        *blocks, leaf = key.split(".") if "." in key else ["model", key]
+        node, source = train, configured
+        for block in blocks:
+            source = (source or {}).get(block) or {}
+            node[block] = {**source, **(node.get(block) or {})}
+            node = node[block]
+        node[leaf] = yaml.safe_load(value)
+    return train
+
+
+def _correlation(weight: torch.Tensor, sharpness: float) -> torch.Tensor:
+    centred = weight - weight.mean(dim=1, keepdim=True)
+    return _cosines(centred).pow(2).mean()
+
+
+def _deviation(weight: torch.Tensor, sharpness: float) -> torch.Tensor:
+    return _cosines(weight - weight.mean(dim=0, keepdim=True)).clamp(min=0).pow(2).mean()
+
+
+def _top_words(weight: torch.Tensor, sharpness: float) -> torch.Tensor:
+    z = (weight - weight.mean(dim=1, keepdim=True)) / weight.std(dim=1, keepdim=True)
+    return _cosines(F.softmax(sharpness * z, dim=1)).pow(2).mean()
+
+
+def _cosines(rows: torch.Tensor) -> torch.Tensor:
+    """The cosines between every two rows (off the diagonal)."""
+    unit = F.normalize(rows, dim=1)
+    k = unit.shape[0]
+    return (unit @ unit.t())[~torch.eye(k, dtype=torch.bool, device=unit.device)]
+
+
+PENALTIES = {"correlation": _correlation, "deviation": _deviation, "top_words": _top_words}
+
+
+def add_penalty(spec: str) -> None:
+    """Every ProdLDA batch loss from here on carries WEIGHT x the penalty (see the module docstring)."""
+    form, weight, *rest = spec.split(":")
+    penalty, weight, sharpness = PENALTIES[form], float(weight), float(rest[0]) if rest else 2.0
+    plain = ProdLDA._batch_loss
+
+    def penalised(self, batch, draws, stats):
+        loss = plain(self, batch, draws, stats)
+        loss.loss = loss.loss + weight * penalty(decoder_weight(self.beta, self.config.decoder), sharpness)
+        return loss
+
+    ProdLDA._batch_loss = penalised
 
 
 def parse_args() -> argparse.Namespace:
@@ -168,7 +247,11 @@ def parse_args() -> argparse.Namespace:
         "--variants",
         nargs="+",
         default=[""],
-        help="train.model overrides, one per variant: 'normalization=layer,word_bias=true' ('' = as configured)",
+        help="overrides, one per variant: 'normalization=layer,word_bias=true' (train.model), "
+        "'aggregation.rule=fedavg' (train); '' = as configured",
+    )
+    parser.add_argument(
+        "--penalty", default=None, help=f"FORM:WEIGHT[:SHARPNESS], FORM one of {', '.join(PENALTIES)} (docstring)"
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--env", default=None)
@@ -192,15 +275,15 @@ def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer)
     variant, batch, lr, scenario, seed = setting
     vocabulary, matrices = data
     orgs, pooled = list(matrices), sum(m.shape[0] for m in matrices.values())
-    docs_per_round = batch * len(orgs)  # federated: batch per organisation; centralized: L ghost batches
-    total = args.steps or max(1, round(args.passes * pooled / docs_per_round))
-    every = args.every_steps or max(1, round(args.every * pooled / docs_per_round))
-    train = {"batch_size": batch, "max_steps": total, "max_epochs": None, "seed": seed, "scenarios": [scenario]}
+    train = {"batch_size": batch, "max_steps": 1, "max_epochs": None, "seed": seed, "scenarios": [scenario]}
     if lr is not None:
         train["optimizer"] = {"lr": lr}
     if variant:
-        train["model"] = {**params["train"].get("model", {}), **model_overrides(variant)}
-    _, config = project_config(args.env, {"train": train})
+        train = overrides(variant, train, params["train"])
+    docs_per_round = documents_per_round(project_config(args.env, {"train": train})[1].train, matrices)
+    total = args.steps or max(1, round(args.passes * pooled / docs_per_round))
+    every = args.every_steps or max(1, round(args.every * pooled / docs_per_round))
+    _, config = project_config(args.env, {"train": {**train, "max_steps": total}})
     curve = Curve(scorer, every, docs_per_round, total, pooled)
     if scenario == "federated":
         endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None
@@ -234,6 +317,8 @@ def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(args.threads)
+    if args.penalty:
+        add_penalty(args.penalty)
     params, project = project_config(args.env)
     logger.setLevel(logging.INFO)  # Kedro's logging configuration (loaded above) leaves unnamed loggers at WARNING
     vocabulary, matrices, tests, texts = demo_data(params, project)

@@ -3,6 +3,7 @@ weeks on a renamed parameter). Each is a real subprocess run of the script, as a
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -197,10 +198,13 @@ def test_bench_flower_smoke() -> None:
 
 def test_bench_learning_curve_smoke(tmp_path) -> None:
     out, topics_out = tmp_path / "curve.csv", tmp_path / "topics.json"
-    run_bench("bench_learning_curve.py", "--smoke", "--no-progress", "--out", str(out), "--topics-out", str(topics_out))
+    local = "aggregation.rule=fedavg,aggregation.local_steps=3"  # a train option by its path
+    args = ("--smoke", "--no-progress", "--out", str(out), "--topics-out", str(topics_out), "--variants", "", local)
+    run_bench("bench_learning_curve.py", *args, "--penalty", "top_words:10")
     lines = out.read_text().splitlines()
     assert lines[0].startswith("variant,scenario,batch_size,lr,seed,round,passes,npmi,topic_diversity")
-    assert len(lines) >= 3  # a row per evaluated pass, header first
+    assert len(lines) >= 5  # a row per evaluated pass and variant, header first
+    assert {row["variant"] for row in csv.DictReader(lines)} == {"configured", local}
     points = json.loads(topics_out.read_text())
     assert len(points) == len(lines) - 1
     for point in points:  # the redundancy columns agree with the top words they were computed from
