@@ -75,15 +75,17 @@ def messages(nodes=(1, 2)) -> list[Message]:
 
 def test_a_reply_that_arrives_while_a_pull_blocks_on_a_half_uploaded_one_still_counts() -> None:
     grid = HalfUploadGrid(arrive_after_s=0.2)
+    took: dict[int, float] = {}
     try:
         start = time.monotonic()
-        replies, missing = exchange(grid, messages(), timeout_s=1.5)
+        replies, missing = exchange(grid, messages(), timeout_s=1.5, seconds=took)
         elapsed = time.monotonic() - start
     finally:
         grid.upload_ends.set()
     assert set(replies) == {2} and not replies[2].has_error()  # arrived at 0.2 s, not lost behind node 1's pull
     assert missing == {1: "no reply within 1.5 s"}  # left out: its reply never finished in time
     assert 1.5 <= elapsed < 2.0  # the timeout bounds the round, the blocked pull included
+    assert set(took) == {2} and 0.2 <= took[2] < 1.0  # when node 2's reply was in; node 1 has none
 
 
 def test_a_reply_there_with_a_half_uploaded_one_is_not_held_behind_it() -> None:

@@ -70,6 +70,7 @@ class _Pulls:
         self.node_of = node_of
         self.missing = missing
         self.replies: dict[int, Message] = {}
+        self.arrived: dict[int, float] = {}  # node -> time.monotonic() when its reply was in
         self.pending = set(node_of)
         self.turns = collections.deque(node_of)  # whose reply is pulled next
         self.pulling: set[str] = set()  # message ids whose reply a pull is fetching
@@ -92,6 +93,7 @@ class _Pulls:
             if mid in self.pending:
                 self.pending.discard(mid)
                 self.replies[self.node_of[mid]] = reply
+                self.arrived[self.node_of[mid]] = time.monotonic()
 
     def next_turn(self) -> str | None:
         """The next message id in turn whose reply is neither in nor being pulled, if any."""
@@ -131,11 +133,16 @@ class _Pulls:
 
 
 def exchange(
-    grid: Grid, messages: list[Message], timeout_s: float, poll_s: float = 0.01
+    grid: Grid,
+    messages: list[Message],
+    timeout_s: float,
+    poll_s: float = 0.01,
+    seconds: dict[int, float] | None = None,
 ) -> tuple[dict[int, Message], dict[int, str]]:
     """Push ``messages`` and pull their replies until all came or ``timeout_s`` passed.
 
-    Returns the replies by destination node and, for every node without a reply, why.
+    Returns the replies by destination node and, for every node without a reply, why; fills
+    ``seconds`` (when given) with each reply's time from the end of the push to its pull.
     The timeout counts from the end of the push: a grid whose push takes long (the
     in-process test grid runs the ClientApps inside ``push_messages``) still gets its
     replies pulled.
@@ -173,6 +180,8 @@ def exchange(
     )
     pulls.collect(grid, start, start + timeout_s, poll_s)
     pulls.missing.update({pulls.node_of[mid]: f"no reply within {timeout_s:g} s" for mid in pulls.pending})
+    if seconds is not None:
+        seconds.update({node: at - start for node, at in pulls.arrived.items()})
     return pulls.replies, pulls.missing
 
 
@@ -246,7 +255,8 @@ class GridEngine:
             return secure
         content = instruction_to_record(instruction)
         messages = [Message(content=content, dst_node_id=node, message_type=kind) for node in nodes]
-        replies, missing = exchange(self.grid, messages, self.timeout_s, self.poll_s)
+        took: dict[int, float] = {}
+        replies, missing = exchange(self.grid, messages, self.timeout_s, self.poll_s, took)
         failures = {self.organisations[node]: reason for node, reason in missing.items()}
         updates: list[Update] = []
         for node, org in nodes.items():  # in order, so averaging adds as in-process
@@ -264,4 +274,4 @@ class GridEngine:
                 failures[org] = f"unreadable reply: {type(exc).__name__}: {exc}"
         self.latencies.append(time.perf_counter() - start)
         self.messages.append({"secure": 0, "sent": len(messages), "received": len(replies), "stages": 1})
-        return Replies(updates, failures)
+        return Replies(updates, failures, seconds={self.organisations[n]: s for n, s in took.items() if n in nodes})

@@ -373,6 +373,8 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     assert _states_equal(in_process.model.state, flower.model.state)
     assert _states_equal(in_process.model.state, kedro["federated"].state)
     assert [r.loss for r in in_process.model.history] == [r.loss for r in flower.model.history]
+    for run in (in_process, flower):  # both engines time every organisation's answer (the progress log's)
+        assert all(set(r.client_seconds) == set(raw) and r.seconds > 0 for r in run.model.history)
 
 
 def test_pooled_batchnorm_exchanges_cross_the_flower_grid_unchanged(tmp_path) -> None:

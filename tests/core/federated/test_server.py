@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import ClassVar
 
 import numpy as np
@@ -145,6 +146,22 @@ def test_a_client_that_raises_is_a_failure_of_the_round_not_of_the_run(caplog) -
     server, _ = _server(rounds=2)
     history = server.run(InProcessEngine([_client("good", 1), Crashing()]), progress=False)
     assert len(history) == 2 and all("disk full" in r.failed["crashing"] for r in history)
+
+
+def test_a_long_federation_reports_who_answered_how_fast_and_the_time_left(caplog) -> None:
+    """Each round records every organisation's time to answer and its own seconds; the log gets a
+    progress line (at the first round, then every ``report_every_s``: here every round) with the
+    round, the time left, who answered and who failed."""
+    server, _ = _server(rounds=3)
+    server.report_every_s = 0.0
+    with caplog.at_level(logging.INFO, logger="fedtopic_pipelines.core.federated.server"):
+        history = server.run(InProcessEngine([_client("good", 1), _client("other", 2), Crashing()]), progress=False)
+    assert all(set(r.client_seconds) == {"good", "other"} and min(r.client_seconds.values()) > 0 for r in history)
+    assert all(r.seconds >= sum(r.client_seconds.values()) for r in history)
+    lines = [m for m in caplog.messages if "s per round, about" in m]
+    assert len(lines) == 3 and lines[0].startswith("federated: round 1 of 3,")
+    assert "2 organisation(s) answered (slowest '" in lines[0] and lines[0].endswith("failed: ['crashing']")
+    assert " about 0 s left;" in lines[-1]
 
 
 def test_no_usable_update_stops_training() -> None:

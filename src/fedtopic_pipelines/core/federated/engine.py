@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -67,13 +68,15 @@ class InProcessEngine:
 
     def broadcast(self, instruction: Instruction, to: Sequence[str] | None = None) -> Replies:
         """The instruction to every endpoint, or (client sampling) to those named in ``to``."""
-        updates, failures = [], {}
+        updates, failures, seconds = [], {}, {}
         chosen = self.endpoints if to is None else {n: e for n, e in self.endpoints.items() if n in set(to)}
         for name, endpoint in chosen.items():
+            start = time.perf_counter()
             try:
                 update = endpoint.handle(instruction)
                 updates.append(dataclasses.replace(update, client_id=name) if isinstance(update, Update) else update)
+                seconds[name] = time.perf_counter() - start
             except Exception as exc:  # a failed organisation is left out of the round, as on Flower
                 logger.exception("organisation '%s' failed in round %d", name, instruction.round)
                 failures[name] = f"{type(exc).__name__}: {exc}"
-        return Replies(updates, failures)
+        return Replies(updates, failures, seconds=seconds)

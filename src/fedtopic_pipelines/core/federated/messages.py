@@ -72,8 +72,12 @@ class Update:
 class Replies:
     """What an engine collected for one instruction: the updates and who failed, and why.
     ``contributors``: in a secure-aggregation round, the organisations summed into its one
-    update with the example counts they declared (each is checked against its own capacity)."""
+    update with the example counts they declared (each is checked against its own capacity).
+    ``seconds``: how long each organisation that answered took, as the engine can tell (Flower:
+    from the messages on the SuperLink to its reply pulled; in process, where the organisations
+    answer one after the other: its own computation); empty where it cannot (SecAgg+)."""
 
     updates: list[Update]
     failures: dict[str, str] = field(default_factory=dict)
     contributors: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)

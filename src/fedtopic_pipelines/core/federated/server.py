@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import statistics
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,6 +31,7 @@ from fedtopic_pipelines.core.federated.strategies import Exchanging, Strategy
 logger = logging.getLogger(__name__)
 
 VALIDATION_METRIC = "validation_loss"
+REPORT_EVERY_S = 60.0  # seconds between progress lines in the log (FederatedServer.report_every_s)
 
 
 class Engine(Protocol):
@@ -73,6 +76,10 @@ class RoundRecord:
     sampled: list[str] = field(default_factory=list)  # the organisations asked this round (client sampling)
     exchanges: int = 1  # messages each organisation answered this round (pooled BatchNorm adds its own)
     voided: bool = False  # no step: an organisation in the round's pooled sums sent no usable gradient
+    # wall-clock facts, which differ from run to run (equality ignores them): each organisation's
+    # time to answer (Replies.seconds, summed over the round's exchanges) and the round's seconds
+    client_seconds: dict[str, float] = field(default_factory=dict, compare=False)
+    seconds: float = field(default=math.nan, compare=False)
 
     @property
     def loss(self) -> float:
@@ -94,6 +101,7 @@ class _Exchanges:
     count: int = 0
     dropped: set[str] = field(default_factory=set)  # left after the first exchange (the step started again)
     bytes: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
 
@@ -141,6 +149,7 @@ class FederatedServer:
         # each may come back, and how many consecutive times each dropped out (:meth:`_void`)
         self.sitting_out: dict[str, int] = {}
         self.offences: dict[str, int] = {}
+        self.report_every_s = REPORT_EVERY_S
 
     def _screen(
         self,
@@ -202,6 +211,8 @@ class FederatedServer:
                     instruction = self._with_context(instruction)
                     replies = engine.broadcast(instruction, **({} if members is None else {"to": members}))
                     record.failed.update(replies.failures)
+                    for org, seconds in replies.seconds.items():
+                        record.seconds[org] = record.seconds.get(org, 0.0) + seconds
 
                     def check(update: Update, capacity: int | None, instruction: Instruction = instruction) -> None:
                         self.strategy.validate_exchange(update, capacity, instruction)  # type: ignore[attr-defined]
@@ -321,6 +332,10 @@ class FederatedServer:
             sampled=list(sampled or []) if self.sample is not None else [],
             exchanges=1 + exchanged.count,
             voided=voided,
+            client_seconds={
+                org: exchanged.seconds.get(org, 0.0) + replies.seconds.get(org, 0.0)
+                for org in dict.fromkeys([*exchanged.seconds, *replies.seconds])
+            },
         )
 
     def validate(self, engine: Engine, round_: int) -> float | None:
@@ -412,9 +427,14 @@ class FederatedServer:
             leave=False,
         )
         postfix: dict[str, str] = {}
+        started = last_report = time.perf_counter()
+        first = self.next_round
         while self.next_round < self.stopping.max_rounds and not self.stopped_early:
             round_ = self.next_round
+            begun = time.perf_counter()
             record = self.run_round(engine, round_)
+            now = time.perf_counter()
+            record.seconds = now - begun
             self.history.append(record)
             self.next_round = round_ + 1
             if self._converged(record, round_):
@@ -426,12 +446,39 @@ class FederatedServer:
             # latest validation loss, never a stale one.
             bar.set_postfix({"loss": f"{record.loss:.1f}", **postfix}, refresh=False)
             bar.update(1)
+            if now - last_report >= self.report_every_s or round_ == first:
+                self._report(record, (now - started) / (round_ + 1 - first))
+                last_report = now
             if on_round_end is not None:
                 on_round_end(self)
         bar.close()
         if self.best_state is not None:
             self.strategy.restore(self.best_state)
         return self.history
+
+    def _report(self, record: RoundRecord, per_round: float) -> None:
+        """A progress line for a long federation: the round, the time per round and left, who
+        answered this round and how fast, who failed (every ``report_every_s`` and at the first)."""
+        took = record.client_seconds
+        left = (self.stopping.max_rounds - record.round - 1) * per_round
+        slowest = max(took, key=took.__getitem__) if took else None
+        answers = (
+            f"{len(took)} organisation(s) answered (slowest '{slowest}' {took[slowest]:.2f} s, median "
+            f"{statistics.median(took.values()):.2f} s)"
+            if slowest is not None
+            else f"{record.num_examples} examples in the round"
+        )
+        failed = f"; failed: {sorted(record.failed)}" if record.failed else ""
+        logger.info(
+            "%s: round %d of %d, %.2f s per round, about %s left; %s%s",
+            self.name,
+            record.round + 1,
+            self.stopping.max_rounds,
+            per_round,
+            _duration(left),
+            answers,
+            failed,
+        )
 
     @property
     def finished(self) -> bool:
@@ -465,6 +512,14 @@ class FederatedServer:
         self.strategy.load_state_dict(checkpoint["strategy"])
         self.sitting_out = {str(k): int(v) for k, v in checkpoint.get("sitting_out", {}).items()}
         self.offences = {str(k): int(v) for k, v in checkpoint.get("offences", {}).items()}
+
+
+def _duration(seconds: float) -> str:
+    """``3 h 12 min``, ``4 min 5 s``, ``12 s``."""
+    s = round(seconds)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
 
 
 def _wrong_round(update: object, round_: int) -> str:

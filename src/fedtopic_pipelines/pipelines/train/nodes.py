@@ -135,7 +135,9 @@ def training_histories(
     Every named metric the family's clients report (ProdLDA: loss, kl, reconstruction) and
     the strategy's convergence measure, when computed, get a series of their own. A federated
     model's history says who took part and who was left out, when and why (``participation``),
-    and MLflow gets each organisation's counters (``<model>.participation.<org>.left_out``).
+    and MLflow gets each organisation's counters (``<model>.participation.<org>.left_out``). The
+    wall-clock seconds of each round and of each organisation's answer (``round_seconds``,
+    ``client.<org>.answer_seconds``) differ from run to run, unlike everything else here.
     """
     history: dict[str, Any] = {}
     mlflow: dict[str, list[dict[str, float]]] = {}
@@ -156,11 +158,18 @@ def training_histories(
                 for org in dict.fromkeys(o for r in records for o in r.client_loss)
             },
             **({"participation": participation(records, model.organisations)} if federated else {}),
+            "round_seconds": [_json_number(r.seconds) for r in records],  # wall clock: differs run to run
+            "client_seconds": {
+                org: [_json_number(r.client_seconds.get(org)) for r in records]
+                for org in dict.fromkeys(o for r in records for o in r.client_seconds)
+            },
             "engine": "flower" if name in runs else "in_process",
             **({"flower_run": runs[name]} if name in runs else {}),
         }
         kept = [r for r in records if r.round % every == 0 or r is records[-1]]
         mlflow[f"{name}.loss"] = [{"value": r.loss, "step": r.round} for r in kept]
+        if timed := [{"value": r.seconds, "step": r.round} for r in kept if math.isfinite(r.seconds)]:
+            mlflow[f"{name}.round_seconds"] = timed
         for key in ("epsilon_rdp", "epsilon_pld"):  # privacy.dp: the privacy spent, where the server recorded it
             spent = [{"value": r.metrics[key], "step": r.round} for r in records if key in r.metrics]
             if spent:
@@ -177,4 +186,7 @@ def training_histories(
                 mlflow[f"{name}.client.{org}.loss"] = [
                     {"value": r.client_loss[org], "step": r.round} for r in kept if org in r.client_loss
                 ]
+                answers = [{"value": r.client_seconds[org], "step": r.round} for r in kept if org in r.client_seconds]
+                if answers:
+                    mlflow[f"{name}.client.{org}.answer_seconds"] = answers
     return history, mlflow
