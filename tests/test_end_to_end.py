@@ -122,6 +122,9 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     history = client.get_metric_history(run.info.run_id, "train.federated.loss")
     assert [m.step for m in history] == [0, 5, 10, 15, 20, 25, 29]
     assert len(client.get_metric_history(run.info.run_id, "train.federated.client.science.loss")) == 7
+    answers = client.get_metric_history(run.info.run_id, "train.federated.client.science.answer_seconds")
+    assert len(answers) == 7 and all(m.value > 0 for m in answers)  # how fast it answered, at the same rounds
+    assert len(client.get_metric_history(run.info.run_id, "train.federated.round_seconds")) == 7
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {
         "scenario_comparison.png",
