@@ -1,6 +1,6 @@
 """A Grid that delivers each message to a ClientApp in this process (Flower's own app and records).
 
-Flower 1.41 simulates only on Ray; this grid runs the real ``ClientApp`` object with real
+Flower 1.42 simulates only on Ray; this grid runs the real ``ClientApp`` object with real
 ``Message``/``Context`` objects, so the ServerApp logic and the records are tested without
 processes. The loopback deployment tests cover the processes.
 """

@@ -31,7 +31,7 @@ from tests.flower.test_federation import TRAIN, job, node_configs, write_sites
 
 logger = logging.getLogger(__name__)
 SECURE = {"secure_aggregation": True}
-SETTINGS = SecAggSettings()  # privacy.secagg's defaults: Flower 1.41's
+SETTINGS = SecAggSettings()  # privacy.secagg's defaults: Flower 1.42's
 
 
 class TransportGrid(LocalGrid):

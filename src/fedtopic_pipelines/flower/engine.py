@@ -151,7 +151,7 @@ def exchange(
     reply that is there from the SuperLink (each is handed out once), then pulls their
     arrays one reply after the other, retrying arrays still uploading (1 s backoff,
     doubling to 10 s) until they come or the SuperLink drops the upload session (180 s
-    in Flower 1.41). A node killed mid-upload would hold the round that long, and with it
+    in Flower 1.42). A node killed mid-upload would hold the round that long, and with it
     every reply taken in the same pull. So, without changing Flower:
 
     * each pull asks for one reply and runs in a daemon thread; every ``poll_s`` one more

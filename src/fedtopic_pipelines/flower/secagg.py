@@ -1,4 +1,4 @@
-"""Secure aggregation of a training round with Flower 1.41's own SecAgg+ (``privacy.secure_aggregation``).
+"""Secure aggregation of a training round with Flower 1.42's own SecAgg+ (``privacy.secure_aggregation``).
 
 Nothing here is a protocol of ours: the server runs Flower's ``SecAggPlusWorkflow`` once per
 training round and the nodes answer through Flower's ``secaggplus_mod``. This module only
@@ -106,7 +106,7 @@ class SecureReplies(Replies):
 
 @dataclass(frozen=True)
 class SecAggSettings:
-    """``privacy.secagg`` as the engine uses it (Flower 1.41's ``SecAggPlusWorkflow`` arguments)."""
+    """``privacy.secagg`` as the engine uses it (Flower 1.42's ``SecAggPlusWorkflow`` arguments)."""
 
     num_shares: int | float = 3
     reconstruction_threshold: int | float = 2

@@ -1,4 +1,4 @@
-"""The weights rules' server steps against Flower 1.41's own strategies on the same arrays.
+"""The weights rules' server steps against Flower 1.42's own strategies on the same arrays.
 
 Tests may import flwr (core may not): our ``FedOpt`` and Flower's ``FedAvg`` / ``FedAdagrad`` /
 ``FedYogi`` / ``FedAdam`` (``flwr.serverapp.strategy``) aggregate the same clients' weights

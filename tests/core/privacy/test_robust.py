@@ -1,4 +1,4 @@
-"""Robust reducers: equal to Flower 1.41's on the same arrays, bad parameters named, a -1000x client outvoted."""
+"""Robust reducers: equal to Flower 1.42's on the same arrays, bad parameters named, a -1000x client outvoted."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ class AggregationConfig(ConfigModel):
     or takes one FedAdagrad / FedYogi / FedAdam step on the pseudo-gradient (the average
     minus the current weights) with learning rate ``eta``, ``beta_1``, ``beta_2`` and
     ``tau``. null: the family's own (``fedsgd`` for the gradient and sparse-row families,
-    ``fedavg`` for NMF). ``eta`` and ``beta_1`` null: Flower 1.41's defaults for the rule
+    ``fedavg`` for NMF). ``eta`` and ``beta_1`` null: Flower 1.42's defaults for the rule
     (eta 0.1 for FedAdagrad and FedAdam, 0.01 for FedYogi; beta_1 0.9, and 0 for FedAdagrad,
     whose Flower implementation has no momentum); docs/fedopt.md.
 

@@ -70,7 +70,7 @@ class DPConfig(ConfigModel):
 
 
 class SecAggConfig(ConfigModel):
-    """Flower's SecAgg+ (``privacy.secagg``): the defaults are Flower 1.41's ``SecAggPlusWorkflow``'s
+    """Flower's SecAgg+ (``privacy.secagg``): the defaults are Flower 1.42's ``SecAggPlusWorkflow``'s
     own, except the two without one (shares and threshold: 3 and 2 here, for small federations).
     Updates are clipped to [-clipping_range, clipping_range] and quantised to
     ``quantization_range`` levels before masking; ``max_weight`` bounds an example count."""
@@ -93,7 +93,7 @@ class PrivacyConfig(ConfigModel):
     flower`` only: the server sees the sum of the updates, never one of them); ``robust_rule``
     a Byzantine-robust rule instead of the weighted mean: coordinate-wise ``median``,
     ``trimmed_mean`` (``trim_fraction`` cut from each end) or ``krum`` (``krum_byzantine`` = f
-    assumed attackers; ``krum_keep`` > 0: multi-Krum's average of that many), as Flower 1.41's
+    assumed attackers; ``krum_keep`` > 0: multi-Krum's average of that many), as Flower 1.42's
     FedMedian / FedTrimmedAvg / Krum compute them; ``outlier_factor`` F: an update whose example
     count or size exceeds F times the round's median (a batch statistic: or lies under 1/F of it)
     is left out of the round, logged by name and counted, whatever the rule (0: off; at least 3

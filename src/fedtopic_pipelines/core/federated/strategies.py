@@ -408,7 +408,7 @@ class SparseRowsSGD(FedSGD):
         return {"bytes_sent": float(sent), "bytes_dense": float(dense), "bytes_ratio": dense / max(sent, 1)}
 
 
-# Flower 1.41's defaults for its FedOpt strategies (flwr.serverapp.strategy): eta and beta_1.
+# Flower 1.42's defaults for its FedOpt strategies (flwr.serverapp.strategy): eta and beta_1.
 FEDOPT_DEFAULTS = {"fedadagrad": (0.1, 0.0), "fedyogi": (0.01, 0.9), "fedadam": (0.1, 0.9)}
 
 
@@ -424,7 +424,7 @@ class FedOpt(FedSGD):
         v = beta_2 v + (1 - beta_2) Delta^2                     (FedAdam)
         x = x + eta m / (sqrt(v) + tau)
 
-    with m and v starting at zero, as Flower 1.41's ``FedAdagrad`` / ``FedYogi`` / ``FedAdam``
+    with m and v starting at zero, as Flower 1.42's ``FedAdagrad`` / ``FedYogi`` / ``FedAdam``
     compute it (tested against them to 1e-6): FedAdagrad without momentum, and FedAdam with
     Flower's bias correction, eta sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1)) at the t-th
     aggregation. ``project`` (NMF: W >= 0) is applied to the new weights; ``check`` adds a
@@ -515,7 +515,7 @@ class FedOpt(FedSGD):
                 else:
                     v = self.beta_2 * v + (1 - self.beta_2) * square
                 eta = self.eta
-                if self.rule == "fedadam":  # Flower 1.41's bias correction, at its round number t = steps
+                if self.rule == "fedadam":  # Flower 1.42's bias correction, at its round number t = steps
                     t = self.steps + 1.0
                     eta = self.eta * math.sqrt(1 - self.beta_2**t) / (1 - self.beta_1**t)
                 param.add_(eta * m / (v.sqrt() + self.tau))

@@ -11,7 +11,7 @@ under a weighted mean, ruins the model. These reducers screen updates against ea
   whole update is scored by its squared distances to its ``n - f - 2`` nearest others; the
   best one is kept, or the weighted mean of the ``keep`` best.
 
-Each matches Flower 1.41's ``flwr.server.strategy.aggregate`` function on the same arrays
+Each matches Flower 1.42's ``flwr.server.strategy.aggregate`` function on the same arrays
 (tests/core/privacy/test_robust.py), so Flower's documentation and papers describe what runs.
 This module imports neither Flower, Kedro nor MLflow.
 
@@ -89,7 +89,7 @@ def robust_aggregate(
     byzantine: int = 0,
     keep: int = 0,
 ) -> RobustResult:
-    """Aggregate clients' dense updates (same names, shapes, dtypes) by ``rule``, as Flower 1.41 does.
+    """Aggregate clients' dense updates (same names, shapes, dtypes) by ``rule``, as Flower 1.42 does.
 
     ``median`` and ``trimmed_mean`` ignore ``weights``, as Flower's ``aggregate_median`` and
     ``aggregate_trimmed_avg`` ignore ``num_examples``: a count a client claims must not buy it
