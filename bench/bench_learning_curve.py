@@ -265,7 +265,7 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer) -> tuple[list[dict], Any]:
+def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer) -> list[dict]:
     """Train one (variant, batch, lr, scenario, seed) as ``train_scenarios`` does, scored along the way."""
     from fedtopic_pipelines.core.compute import deterministic_algorithms
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
@@ -280,10 +280,11 @@ def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer)
         train["optimizer"] = {"lr": lr}
     if variant:
         train = overrides(variant, train, params["train"])
-    docs_per_round = documents_per_round(project_config(args.env, {"train": train})[1].train, matrices)
+    configured = project_config(args.env, {"train": train})[1].train
+    docs_per_round = documents_per_round(configured, matrices)
     total = args.steps or max(1, round(args.passes * pooled / docs_per_round))
     every = args.every_steps or max(1, round(args.every * pooled / docs_per_round))
-    _, config = project_config(args.env, {"train": {**train, "max_steps": total}})
+    config = configured.replace(max_steps=total)
     curve = Curve(scorer, every, docs_per_round, total, pooled)
     if scenario == "federated":
         endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None
@@ -293,7 +294,7 @@ def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer)
         run_federation(
             InProcessEngine(endpoints),
             [e.name for e in endpoints],
-            config.train,
+            config,
             vocabulary=vocabulary,
             name=f"{scenario} b{batch}",
             scenario=scenario,
@@ -303,14 +304,14 @@ def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer)
             progress=not args.no_progress,
         )
     facts = {"variant": variant or "configured", "scenario": scenario, "batch_size": batch}
-    facts |= {"lr": lr or config.train.optimizer.lr, "seed": seed}
+    facts |= {"lr": lr or config.optimizer.lr, "seed": seed}
     last = curve.rows[-1]
     logger.info(
         "%s %s batch %d lr %s seed %d: %d rounds, NPMI %.4f, TD %.3f, %d duplicate pairs, %.1f s training",
         facts["variant"], scenario, batch, lr, seed, total, last["npmi"], last["topic_diversity"],
         last["duplicate_topic_pairs"], curve.train_seconds,
     )  # fmt: skip
-    return [{**facts, **row} for row in curve.rows], config
+    return [{**facts, **row} for row in curve.rows]
 
 
 def main() -> None:
@@ -337,7 +338,7 @@ def main() -> None:
     ]
     rows: list[dict[str, Any]] = []
     for setting in tqdm(settings, desc="settings"):
-        rows += run_setting(setting, args, params, (vocabulary, matrices), scorer)[0]
+        rows += run_setting(setting, args, params, (vocabulary, matrices), scorer)
         write(rows, args)  # after every setting: a long sweep cut short keeps what finished
     for row in rows:
         logger.info(

@@ -274,4 +274,4 @@ class GridEngine:
                 failures[org] = f"unreadable reply: {type(exc).__name__}: {exc}"
         self.latencies.append(time.perf_counter() - start)
         self.messages.append({"secure": 0, "sent": len(messages), "received": len(replies), "stages": 1})
-        return Replies(updates, failures, seconds={self.organisations[n]: s for n, s in took.items() if n in nodes})
+        return Replies(updates, failures, seconds={self.organisations[n]: s for n, s in took.items()})

@@ -101,7 +101,7 @@ class _Exchanges:
     count: int = 0
     dropped: set[str] = field(default_factory=set)  # left after the first exchange (the step started again)
     bytes: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: Counter[str] = field(default_factory=Counter)  # each organisation's answer seconds, summed
     rejected: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
 
@@ -211,8 +211,7 @@ class FederatedServer:
                     instruction = self._with_context(instruction)
                     replies = engine.broadcast(instruction, **({} if members is None else {"to": members}))
                     record.failed.update(replies.failures)
-                    for org, seconds in replies.seconds.items():
-                        record.seconds[org] = record.seconds.get(org, 0.0) + seconds
+                    record.seconds.update(replies.seconds)
 
                     def check(update: Update, capacity: int | None, instruction: Instruction = instruction) -> None:
                         self.strategy.validate_exchange(update, capacity, instruction)  # type: ignore[attr-defined]
@@ -314,6 +313,7 @@ class FederatedServer:
             raise NoUsableUpdates(
                 f"{self.name} round {round_}: no usable update (rejected {rejected}, failed {replies.failures})"
             )
+        exchanged.seconds.update(replies.seconds)
         voided = exchanging and self._void(round_, asked or [u.client_id for u in accepted], accepted, exchanged)
         server_metrics = {} if voided else self.strategy.aggregate(accepted, self.stopping.tolerance > 0)
         n = sum(u.num_examples for u in accepted)
@@ -332,10 +332,7 @@ class FederatedServer:
             sampled=list(sampled or []) if self.sample is not None else [],
             exchanges=1 + exchanged.count,
             voided=voided,
-            client_seconds={
-                org: exchanged.seconds.get(org, 0.0) + replies.seconds.get(org, 0.0)
-                for org in dict.fromkeys([*exchanged.seconds, *replies.seconds])
-            },
+            client_seconds=dict(exchanged.seconds),
         )
 
     def validate(self, engine: Engine, round_: int) -> float | None:
