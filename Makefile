@@ -70,7 +70,7 @@ federation-up: install
 federation-down:
 	$(BIN)/python -m fedtopic_pipelines.flower.cli down
 
-federation-demo: install   # up, a short federated training of the demo corpus, down; data/08_reporting/federation_demo.json
+federation-demo: install   # up, the demo corpus by the Flower schedule (about 25 min), down; its quality beside the in-process model: data/08_reporting/federation_demo.json
 	$(BIN)/python -m fedtopic_pipelines.flower.cli demo
 
 clean-data:

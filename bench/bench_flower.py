@@ -78,7 +78,7 @@ def cpu_seconds(federation: LocalFederation) -> dict[str, float]:
 
 
 def run_variant(name: str, rounds: int, repeats: int, data: dict, params: dict, work: Path, measure_idle: bool) -> dict:
-    job = demo_job(params, rounds)
+    job = demo_job(params, rounds, "exact")  # FedSGD: one gradient step per round
     job_file = work / f"{name}.json"
     job_file.write_text(json.dumps(job.to_dict()))
     federation = LocalFederation(work / name, data, **VARIANTS[name])

@@ -52,7 +52,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 import yaml
@@ -61,15 +60,7 @@ from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.config import WEIGHT_RULES, EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.config.aggregation import participants_per_round
-from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
-from fedtopic_pipelines.core.metrics.coherence import (
-    CoherenceCandidates,
-    coherence_by_model,
-    context_of,
-    count_cooccurrences,
-    sum_counts,
-)
-from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
+from fedtopic_pipelines.core.metrics.scoring import PooledScorer
 from fedtopic_pipelines.core.models.prodlda import ProdLDA, decoder_weight
 
 logger = logging.getLogger("bench.learning_curve")
@@ -78,68 +69,20 @@ logger = logging.getLogger("bench.learning_curve")
 def demo_data(params: dict, project) -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, list[list[str]]]]:
     """The demo's common vocabulary, each organisation's training matrix, its held-out split
     (bag of words with labels) and all its preprocessed texts (both splits: what the evaluate
-    pipeline counts coherence on), through the same site steps as the pipelines (``run_sites``
-    keeps only the training texts, hence its steps here)."""
-    from fedtopic_pipelines.core.shards import as_frame
-    from fedtopic_pipelines.core.site import Site
-    from fedtopic_pipelines.core.vocab.consensus import exchange_vocabulary
+    pipeline counts coherence on), through the same site steps as the pipelines."""
+    from fedtopic_pipelines.core.site import run_sites
 
     tables = demo_tables(params)
     logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
-    sites = {org: Site(org) for org in tables}
-    results = {org: sites[org].preprocess(table, project.preprocess) for org, table in tables.items()}
-    proposals = {org: sites[org].propose(results[org].term_counts, project.consensus) for org in tables}
-    vocabulary = exchange_vocabulary(proposals, project.consensus)[0].vocabulary
-    terms = vocabulary["term"].tolist()
-    bows = {org: sites[org].vectorise(results[org].tokens, terms)[0] for org in tables}
-    texts = {org: [t.split() for t in as_frame(result.tokens)["tokens"]] for org, result in results.items()}
-    for result in results.values():
-        result.tokens.discard()
+    vocabulary, bows, texts = run_sites(tables, project.preprocess, project.consensus, texts="all")
     train = {org: bow.subset("train").matrix for org, bow in bows.items()}
     return vocabulary, train, {org: bow.subset("test") for org, bow in bows.items()}, texts
 
 
-class Scorer:
-    """A model's scores as the evaluate pipeline computes them (see the module docstring)."""
-
-    def __init__(self, terms: list[str], tests: dict[str, Any], texts: dict[str, list[list[str]]], config) -> None:
-        self.terms, self.tests, self.texts, self.config = terms, tests, texts, config
-        self.dense = {org: torch.from_numpy(t.matrix.toarray()) for org, t in tests.items() if len(t)}
-
-    def __call__(self, model) -> dict[str, Any]:
-        config = self.config
-        with torch.no_grad():
-            beta = model.topic_word().cpu().numpy()
-        topics = top_words(beta, self.terms, config.top_words)
-        candidates = CoherenceCandidates.from_topics(topics)
-        context = context_of("c_npmi")
-        pooled = sum_counts(count_cooccurrences(texts, candidates, [context]) for texts in self.texts.values())
-        npmi = coherence_by_model({"model": topics}, candidates, pooled, "c_npmi")["model"].mean
-        found = redundancy(topics, config.duplicate_shared_words, config.rbo_weight)
-        f1s = [
-            svm_macro_f1(
-                model.doc_topic(dense).cpu().numpy(), self.tests[org].labels, config.svm_test_size, config.svm_c,
-                config.seed,
-            )
-            for org, dense in self.dense.items()
-        ]  # fmt: skip
-        defined = [f for f in f1s if f is not None and np.isfinite(f)]
-        return {
-            "npmi": float("nan") if npmi is None else float(npmi),
-            "topic_diversity": topic_diversity(top_words(beta, self.terms, config.diversity_top_words)),
-            "duplicate_topic_pairs": len(found.duplicate_pairs),
-            "largest_topic_overlap": found.largest_overlap,
-            "inverted_rbo": found.inverted_rbo,
-            "macro_f1": float(np.mean(defined)) if defined else float("nan"),
-            "duplicate_pairs_detail": " ".join(f"{i}-{j}:{n}" for i, j, n in found.duplicate_pairs),
-            "topics": topics,
-        }
-
-
 class Curve:
-    """Observer: every ``every`` rounds (and at the last), the model's scores (:class:`Scorer`)."""
+    """Observer: every ``every`` rounds (and at the last), the model's scores (:class:`PooledScorer`)."""
 
-    def __init__(self, scorer: Scorer, every: int, docs_per_round: int, total: int, pooled: int) -> None:
+    def __init__(self, scorer: PooledScorer, every: int, docs_per_round: int, total: int, pooled: int) -> None:
         self.scorer = scorer
         self.every, self.docs_per_round, self.total, self.pooled = every, docs_per_round, total, pooled
         self.rows: list[dict[str, Any]] = []
@@ -265,7 +208,7 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: Scorer) -> list[dict]:
+def run_setting(setting: tuple, args, params: dict, data: tuple, scorer: PooledScorer) -> list[dict]:
     """Train one (variant, batch, lr, scenario, seed) as ``train_scenarios`` does, scored along the way."""
     from fedtopic_pipelines.core.compute import deterministic_algorithms
     from fedtopic_pipelines.core.federated.engine import InProcessEngine
@@ -323,7 +266,7 @@ def main() -> None:
     params, project = project_config(args.env)
     logger.setLevel(logging.INFO)  # Kedro's logging configuration (loaded above) leaves unnamed loggers at WARNING
     vocabulary, matrices, tests, texts = demo_data(params, project)
-    scorer = Scorer(
+    scorer = PooledScorer(
         vocabulary["term"].tolist(), tests, texts, from_mapping(EvaluateConfig, params["evaluate"], "evaluate")
     )
     pooled = sum(m.shape[0] for m in matrices.values())

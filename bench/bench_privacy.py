@@ -125,7 +125,7 @@ class Demo:
         self.tables = demo_tables(self.params)
         logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
         self.vocabulary, bows, texts = run_sites(
-            self.tables, self.project.preprocess, self.project.consensus, train_texts=True
+            self.tables, self.project.preprocess, self.project.consensus, texts="train"
         )
         self.terms = self.vocabulary["term"].tolist()
         self.orgs = list(bows)

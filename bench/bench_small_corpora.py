@@ -72,7 +72,7 @@ def site_steps(env: str, raw: Path | None, setting: str):
     tables = corpus_tables(params, raw)
     logging.getLogger("fedtopic_pipelines").setLevel(logging.ERROR)
     vocabulary, bows, texts = run_sites(
-        tables, project.preprocess, project.consensus, True, project.blocks.get("privacy")
+        tables, project.preprocess, project.consensus, "train", project.blocks.get("privacy")
     )
     return vocabulary, bows, texts, params, project
 

@@ -78,7 +78,7 @@ def chain_texts(params: dict, project: ProjectConfig, tables: dict[str, Any]) ->
     from fedtopic_pipelines.core.site import run_sites
 
     logging.getLogger("fedtopic_pipelines").setLevel(logging.WARNING)
-    return run_sites(tables, project.preprocess, project.consensus, train_texts=True)
+    return run_sites(tables, project.preprocess, project.consensus, texts="train")
 
 
 def demo_matrices(params: dict, project: ProjectConfig) -> tuple[Any, dict[str, Any]]:

@@ -210,17 +210,29 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
 
 @pytest.mark.deployment
 def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, tmp_path: Path) -> None:
-    """`--params=train.engine=flower`: the same catalog outputs and MLflow store, the same parameters."""
+    """`--params=train.engine=flower`: the same catalog outputs and MLflow store, and the parameters
+    the in-process engine trains under the Flower schedule's settings (`train.flower.local_steps`:
+    its rule, server rate, local steps and optimiser in place of `train.aggregation` and
+    `train.optimizer`)."""
     from fedtopic_pipelines.core.model_store import load_models
+    from fedtopic_pipelines.flower.cli import project_parameters
     from fedtopic_pipelines.flower.deployment import LocalFederation
 
     orgs = ["computers", "recreation", "science", "politics_religion", "misc_forsale"]
-    steps = "train.max_steps=5,train.mlflow_every=1"
-    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={steps}"], smoke_run)
+    schedule = project_parameters("smoke")["train"]["flower"]["local_steps"]
+    same = (
+        f"train.max_steps=5,train.mlflow_every=1,train.aggregation.rule={schedule['rule']},"
+        f"train.aggregation.eta={schedule['eta']},train.aggregation.local_steps={schedule['steps']},"
+        f"train.optimizer.name={schedule['optimizer']['name']},train.optimizer.lr={schedule['optimizer']['lr']}"
+    )
+    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={same}"], smoke_run)
     reference = load_models(smoke_run / "data/06_models/trained_models")["federated"]
     data = {org: smoke_run / "data/01_raw/organisations" / org for org in orgs}
     with LocalFederation(tmp_path / "federation", data) as federation:
-        flower = f"{steps},train.engine=flower,train.flower.federation_dir={federation.root}"
+        flower = (
+            "train.flower.local_steps.rounds=5,train.mlflow_every=1,train.engine=flower,"
+            f"train.flower.federation_dir={federation.root}"
+        )
         _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={flower}"], smoke_run)
     models = load_models(smoke_run / "data/06_models/trained_models")
     worst = max(float((models["federated"].state[k] - reference.state[k]).abs().max()) for k in reference.state)
@@ -236,6 +248,7 @@ def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, 
     latest = max(runs, key=lambda r: r.info.start_time)
     assert latest.data.params["train.engine"] == "flower"
     assert len(client.get_metric_history(latest.info.run_id, "train.federated.loss")) == 5
+    assert models["federated"].config.rule == schedule["rule"] and models["federated"].config.max_steps == 5
 
 
 def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:

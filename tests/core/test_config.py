@@ -169,3 +169,37 @@ def test_ingest_blocks_reject_unknown_keys_and_bad_caps() -> None:
         from_mapping(IngestDemoConfig, {"max_documents": {"train": 0}}, "ingest_demo")
     with pytest.raises(ConfigError, match=r"ingest_demo.organisations.science"):
         from_mapping(IngestDemoConfig, {"organisations": {"science": []}}, "ingest_demo")
+
+
+def test_the_flower_schedule_local_steps_replaces_rule_optimizer_and_rounds_only_on_flower() -> None:
+    schedule = {"schedule": "local_steps", "local_steps": {"rule": "fedadam", "eta": 0.02, "steps": 8, "rounds": 30}}
+    layer = {"normalization": "layer"}  # the code's default, batch, has no average over local steps
+    config = TrainConfig.from_params({"max_steps": 2800, "batch_size": 16, "model": layer, "flower": schedule})
+    assert config.rule == "fedsgd" and config.max_steps == 2800  # the in-process engine is untouched
+    flower = config.flower_training()
+    assert (flower.rule, flower.aggregation.eta, flower.aggregation.local_steps) == ("fedadam", 0.02, 8)
+    assert (flower.optimizer.name, flower.optimizer.lr, flower.max_steps) == ("sgd", 0.01, 30)
+    assert flower.batch_size == 16 and flower.model == config.model and flower.seed == config.seed
+    assert flower.flower.schedule == "exact" and flower.flower_training() == flower  # what the nodes run, as is
+    exact = config.replace(flower=config.flower.replace(schedule="exact"))
+    assert exact.flower_training() == exact
+    assert TrainConfig.from_params({}).flower.schedule == "exact"  # a block that names none (Word2Vec's) keeps exact
+
+
+def test_a_flower_schedule_the_configuration_cannot_take_is_refused_before_any_node() -> None:
+    """Local steps need a weights rule: with DP-SGD (FedSGD only) or pooled BatchNorm the Flower engine
+    cannot take them, and the error says which setting to change, when the block is read."""
+    flower = {"schedule": "local_steps"}
+    sample_dp = {"dp": {"level": "sample", "noise_multiplier": 1.0}}
+    with pytest.raises(ConfigError, match=r"'train.flower.schedule' is 'local_steps'.*DP-SGD.*schedule: exact"):
+        TrainConfig.from_params(
+            {"engine": "flower", "flower": flower, "model": {"normalization": "layer"}, "privacy": sample_dp}
+        )
+    with pytest.raises(ConfigError, match=r"'train.flower.schedule' is 'local_steps'.*BatchNorm"):
+        TrainConfig.from_params({"engine": "flower", "flower": flower, "model": {"normalization": "pooled_batch"}})
+    exact = TrainConfig.from_params(
+        {"engine": "flower", "flower": {"schedule": "exact"}, "model": {"normalization": "layer"}, "privacy": sample_dp}
+    )
+    assert exact.flower_training().rule == "fedsgd"
+    in_process = TrainConfig.from_params({"flower": flower, "model": {"normalization": "pooled_batch"}})
+    assert in_process.engine == "in_process"  # the in-process engine never reads the schedule

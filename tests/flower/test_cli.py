@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fedtopic_pipelines.core.config import TrainConfig
-from fedtopic_pipelines.flower.cli import demo_job, project_parameters
+from fedtopic_pipelines.flower.cli import demo_job, exact_job, project_parameters
 from fedtopic_pipelines.flower.federation import Job
 
 
@@ -23,8 +23,24 @@ def test_the_demo_job_is_a_valid_job_of_the_project_parameters(env) -> None:
     assert config.scenarios == ("federated",) and config.max_steps == 4
     assert again.organisations == list(params["organisations"])
     assert config.batch_size == params["train"]["batch_size"]
+    schedule = params["train"]["flower"]["local_steps"]  # the Flower engine's schedule, not train.optimizer
+    assert (config.rule, config.aggregation.local_steps) == (schedule["rule"], schedule["steps"])
+    assert config.optimizer.lr == schedule["optimizer"]["lr"] and config.flower.schedule == "exact"
     if env == "smoke":  # the environment overrides only the keys it names (soft merge)
-        assert config.model.n_topics == 5 and config.optimizer.lr == params["train"]["optimizer"]["lr"]
+        assert config.model.n_topics == 5
+
+
+def test_the_demo_trains_by_the_schedule_and_scores_beside_the_exact_in_process_model() -> None:
+    """Without --rounds the schedule's rounds (far fewer than FedSGD's); the reference the demo
+    scores its model beside is the federated scenario `kedro run` trains in process."""
+    params = project_parameters()
+    _, _, flower = demo_job(params).configs()
+    _, _, exact = exact_job(params).configs()
+    assert flower.max_steps == params["train"]["flower"]["local_steps"]["rounds"]
+    assert exact.rule == "fedsgd" and exact.engine == "in_process" and exact.max_steps == params["train"]["max_steps"]
+    assert flower.max_steps * 5 < exact.max_steps
+    _, _, fedsgd = demo_job(params, rounds=3, schedule="exact").configs()  # the exact option, named as such
+    assert fedsgd.rule == "fedsgd" and fedsgd.optimizer == exact.optimizer
 
 
 def test_sigterm_runs_the_cleanup_of_a_program_that_owns_a_federation(tmp_path) -> None:

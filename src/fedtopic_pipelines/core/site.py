@@ -28,7 +28,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -558,15 +558,16 @@ def run_sites(
     raw: Mapping[str, Any],
     preprocess: PreprocessConfig,
     consensus: ConsensusConfig,
-    train_texts: bool = False,
+    texts: Literal["train", "all"] | None = None,
     privacy: PrivacyConfig | None = None,
 ):
     """Every organisation's steps in one process, as the Kedro pipelines chain them: preprocess,
     propose, the vocabulary exchange (the server's part; under ``privacy``, keyed and noised
     as the pipeline does it), vectorise. Returns the common vocabulary and each
     organisation's bag of words (benchmarks, the Flower demo's in-process reference, tests);
-    with ``train_texts`` also each organisation's preprocessed training texts (token lists, for
-    coherence), read before the token shards are discarded."""
+    with ``texts`` also each organisation's preprocessed texts (token lists, for coherence) of its
+    training split (``"train"``) or of both splits (``"all"``, what the evaluate pipeline counts
+    pooled coherence on), read before the token shards are discarded."""
     sites = {org: Site(org) for org in raw}
     results = {org: sites[org].preprocess(table, preprocess) for org, table in raw.items()}
     proposals = {org: sites[org].propose(results[org].term_counts, consensus) for org in raw}
@@ -575,10 +576,11 @@ def run_sites(
     vocabulary = exchange_vocabulary(proposals, consensus, privacy, key)[0].vocabulary
     terms = vocabulary["term"].tolist()
     bows = {org: sites[org].vectorise(results[org].tokens, terms)[0] for org in raw}
-    texts = {}
+    token_lists = {}
     for org, result in results.items():
-        if train_texts:
+        if texts is not None:
             frame = as_frame(result.tokens)
-            texts[org] = [t.split() for t in frame.loc[frame["split"] == "train", "tokens"]]
+            chosen = frame["tokens"] if texts == "all" else frame.loc[frame["split"] == "train", "tokens"]
+            token_lists[org] = [t.split() for t in chosen]
         result.tokens.discard()
-    return (vocabulary, bows, texts) if train_texts else (vocabulary, bows)
+    return (vocabulary, bows) if texts is None else (vocabulary, bows, token_lists)

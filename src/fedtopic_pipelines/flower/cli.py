@@ -2,7 +2,8 @@
 
     python -m fedtopic_pipelines.flower.cli up      # SuperLink + one SuperNode (and executor) per organisation
     python -m fedtopic_pipelines.flower.cli down    # stop them
-    python -m fedtopic_pipelines.flower.cli demo    # up, a short federated training, down, report
+    python -m fedtopic_pipelines.flower.cli demo    # up, the federated model by train.flower.schedule, down,
+                                                    # scored beside the in-process FedSGD model
 
 The organisations are those of the project's current corpus (``organisations`` in
 ``conf/base/parameters.yml``), and each SuperNode's data is that organisation's raw
@@ -26,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,6 @@ logger = logging.getLogger("fedtopic_pipelines.flower.cli")
 PROJECT = Path(__file__).resolve().parents[3]
 ROOT = PROJECT / ".federation"
 REPORT = PROJECT / "data" / "08_reporting" / "federation_demo.json"
-DEMO_ROUNDS = 10
 
 
 def project_parameters(env: str | None = None) -> dict[str, Any]:
@@ -104,30 +105,66 @@ def down(_: argparse.Namespace) -> None:
     state_file.unlink()
 
 
-def demo_job(params: dict[str, Any], rounds: int) -> Job:
-    """The project's parameters as a Flower job: the federated scenario for ``rounds`` rounds."""
+def demo_job(params: dict[str, Any], rounds: int | None = None, schedule: str | None = None) -> Job:
+    """The project's parameters as a Flower job: the federated scenario as the Flower engine
+    trains it (``train.flower.schedule``, or ``schedule``), for ``rounds`` rounds (None: the
+    schedule's; under ``exact``, ``train.max_steps``)."""
     from fedtopic_pipelines.parameters import validate_parameters
 
     project = validate_parameters(params)  # checks every block as `kedro run` does
-    train = project.train.replace(scenarios=("federated",), max_steps=rounds, max_epochs=None)
+    train = project.train.replace(scenarios=("federated",))
+    if schedule is not None:
+        train = train.replace(flower=train.flower.replace(schedule=schedule))
+    train = train.flower_training()
+    if rounds is not None:
+        train = train.replace(max_steps=rounds, max_epochs=None)
     organisations = list(params["organisations"])
     return Job(organisations, project.preprocess.to_params(), project.consensus.to_params(), train.to_params())
 
 
-def in_process_matrices(job: Job, data: dict[str, Path]) -> tuple[Any, dict[str, Any]]:
-    """The common vocabulary and each organisation's training matrix, built from the same raw
-    shards by the same site steps the pipelines and the nodes run."""
+def exact_job(params: dict[str, Any]) -> Job:
+    """The federated scenario as ``kedro run`` trains it in process (the base FedSGD): the reference
+    the demo's Flower model is scored beside."""
+    from fedtopic_pipelines.parameters import validate_parameters
+
+    project = validate_parameters(params)
+    train = project.train.replace(scenarios=("federated",), engine="in_process")
+    organisations = list(params["organisations"])
+    return Job(organisations, project.preprocess.to_params(), project.consensus.to_params(), train.to_params())
+
+
+@dataclass
+class DemoData:
+    """What the demo's in-process references read: the common vocabulary, each organisation's
+    training matrix, held-out split (with labels) and preprocessed texts (both splits)."""
+
+    vocabulary: Any
+    matrices: dict[str, Any]
+    tests: dict[str, Any]
+    texts: dict[str, list[list[str]]]
+
+
+def demo_data(job: Job, data: dict[str, Path]) -> DemoData:
+    """Built from the same raw shards by the same site steps the pipelines and the nodes run."""
     from fedtopic_pipelines.core.site import read_raw, run_sites
 
     preprocess, consensus, _ = job.configs()
-    vocabulary, bows = run_sites({org: read_raw(data[org]) for org in job.organisations}, preprocess, consensus)
-    return vocabulary, {org: bow.subset("train").matrix for org, bow in bows.items()}
+    raw = {org: read_raw(data[org]) for org in job.organisations}
+    vocabulary, bows, texts = run_sites(raw, preprocess, consensus, texts="all")
+    matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
+    return DemoData(vocabulary, matrices, {org: bow.subset("test") for org, bow in bows.items()}, texts)
 
 
-def in_process_training(
+def in_process_matrices(job: Job, data: dict[str, Path]) -> tuple[Any, dict[str, Any]]:
+    """The common vocabulary and each organisation's training matrix (:func:`demo_data`)."""
+    built = demo_data(job, data)
+    return built.vocabulary, built.matrices
+
+
+def in_process_model(
     job: Job, vocabulary: Any, matrices: dict[str, Any], threads: int | None = None
-) -> tuple[dict[str, torch.Tensor], float]:
-    """The job's federated scenario on the in-process engine: its parameters and the seconds per round.
+) -> tuple[Any, float]:
+    """The job's federated scenario on the in-process engine: the trained model and its wall seconds.
 
     ``threads``: torch's compute threads for the run (default: as configured). Equal
     parameters need equal arithmetic: with another thread count the sums inside a matrix
@@ -140,8 +177,15 @@ def in_process_training(
     config = config.replace(threads=threads or config.threads or torch.get_num_threads())
     started = time.perf_counter()
     model = train_scenarios(matrices, config, progress=False, vocabulary=vocabulary)["federated"]
-    seconds = (time.perf_counter() - started) / max(1, len(model.history))
-    return model.state, seconds
+    return model, time.perf_counter() - started
+
+
+def in_process_training(
+    job: Job, vocabulary: Any, matrices: dict[str, Any], threads: int | None = None
+) -> tuple[dict[str, torch.Tensor], float]:
+    """The job's federated scenario in process (:func:`in_process_model`): its parameters and the seconds per round."""
+    model, seconds = in_process_model(job, vocabulary, matrices, threads)
+    return model.state, seconds / max(1, len(model.history))
 
 
 def supernodes(federation: LocalFederation) -> dict[str, list[str]]:
@@ -168,38 +212,73 @@ def run_report(
     }
 
 
+def quality(model: TrainedModel, data: DemoData, params: dict[str, Any]) -> dict[str, Any]:
+    """The model's pooled NPMI, topic diversity, redundancy and mean per-organisation macro-F1,
+    as the evaluate pipeline computes them (summed over the organisations)."""
+    from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
+    from fedtopic_pipelines.core.metrics.scoring import PooledScorer
+
+    config = from_mapping(EvaluateConfig, params.get("evaluate"), "evaluate")
+    scores = PooledScorer(data.vocabulary["term"].tolist(), data.tests, data.texts, config)(model.to_model())
+    return {k: v for k, v in scores.items() if k not in ("topics", "duplicate_pairs_detail")}
+
+
 def demo(args: argparse.Namespace) -> None:
     params = project_parameters(args.env)
-    job = demo_job(params, args.rounds)
+    job = demo_job(params, args.rounds, args.schedule)
+    _, _, flower_config = job.configs()
     work = ROOT / "demo-run"
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job.to_dict(), indent=2))
+    logger.info(
+        "federation demo: %d rounds of %s (%s) on Flower; a round costs seconds on the stock SuperNode",
+        flower_config.max_steps,
+        flower_config.rule,
+        f"{flower_config.aggregation.local_steps} local steps" if flower_config.aggregation.local_steps else "exact",
+    )
     federation = up(args)
     try:
         started = time.perf_counter()
-        run_id = federation.submit({"job-file": str(work / "job.json"), "output-dir": str(work / "out")}, timeout=3600)
+        run_id = federation.submit({"job-file": str(work / "job.json"), "output-dir": str(work / "out")}, timeout=86400)
         wall = time.perf_counter() - started
         nodes = supernodes(federation)
     finally:
         federation.stop()
     _, model, run = load_result(work / "out")
-    vocabulary, matrices = in_process_matrices(job, organisation_data(job.organisations))
-    # the nodes' arithmetic, then the in-process engine as `kedro run` runs it
-    expected, _ = in_process_training(job, vocabulary, matrices, threads=federation.node_threads())
-    _, in_process_round_s = in_process_training(job, vocabulary, matrices)
-    difference = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
+    data = demo_data(job, organisation_data(job.organisations))
+    # the nodes' arithmetic, then the in-process engine as `kedro run` runs it (one run when they agree)
+    logger.info("federation demo: the same job in process, to check the Flower model against")
+    same, same_wall = in_process_model(job, data.vocabulary, data.matrices, threads=federation.node_threads())
+    if federation.node_threads() != (flower_config.threads or torch.get_num_threads()):
+        _, same_wall = in_process_model(job, data.vocabulary, data.matrices)
+    difference = max(float((model.state[k] - same.state[k]).abs().max()) for k in same.state)
+    logger.info("federation demo: the exact in-process model (kedro run's federated scenario), to score beside it")
+    exact, exact_wall = in_process_model(exact_job(params), data.vocabulary, data.matrices)
     latencies = run["latencies_s"]
     report = {
         "run_id": run_id,
         **run_report(run, model, job.organisations, nodes),
         "round_latency_median_s": statistics.median(latencies),
         "round_latency_s": latencies,
-        "in_process_round_s": in_process_round_s,
+        "in_process_round_s": same_wall / max(1, len(same.history)),
         "run_wall_s": wall,
         "threads_per_node": federation.node_threads(),
         "tls": federation.tls,
         "node_auth": federation.auth,
         "max_abs_parameter_difference_vs_in_process": difference,
+        "quality": {
+            "flower": {
+                "schedule": schedule_facts(flower_config),
+                "wall_s": wall,
+                "in_process_wall_s": same_wall,
+                **quality(model, data, params),
+            },
+            "in_process_exact": {
+                "schedule": schedule_facts(exact.config),
+                "wall_s": exact_wall,
+                **quality(exact, data, params),
+            },
+        },
     }
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(json.dumps(report, indent=2))
@@ -212,12 +291,37 @@ def demo(args: argparse.Namespace) -> None:
         totals["took_part"],
         sum(totals.values()) - totals["took_part"],
         report["round_latency_median_s"],
-        in_process_round_s,
+        report["in_process_round_s"],
         report["tls"],
         report["node_auth"],
         difference,
         REPORT,
     )
+    for name, row in report["quality"].items():
+        logger.info(
+            "federation demo: %-16s %5d rounds of %-7s %6.0f s: pooled NPMI %.4f, topic diversity %.3f, "
+            "%d duplicate pair(s), macro-F1 %.3f",
+            name,
+            row["schedule"]["rounds"],
+            row["schedule"]["rule"],
+            row["wall_s"],
+            row["npmi"],
+            row["topic_diversity"],
+            row["duplicate_topic_pairs"],
+            row["macro_f1"],
+        )
+
+
+def schedule_facts(config: Any) -> dict[str, Any]:
+    """How a federated model was trained: rule, rounds, local steps, optimiser."""
+    return {
+        "rule": config.rule,
+        "rounds": config.max_steps,
+        "local_steps": config.aggregation.local_steps,
+        "eta": config.aggregation.eta,
+        "optimizer": config.optimizer.name,
+        "lr": config.optimizer.lr,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -225,7 +329,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m fedtopic_pipelines.flower.cli", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["up", "down", "demo"])
     parser.add_argument("--env", default=None, help="Kedro environment whose parameters to use (default: base)")
-    parser.add_argument("--rounds", type=int, default=DEMO_ROUNDS, help="demo: FedSGD rounds")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="demo: rounds (default: train.flower's schedule, 300 in base)"
+    )
+    parser.add_argument(
+        "--schedule",
+        choices=["local_steps", "exact"],
+        default=None,
+        help="demo: how the Flower model trains (default: train.flower.schedule; exact: as in process, FedSGD)",
+    )
     parser.add_argument("--insecure", action="store_true", help="no TLS and no node authentication (debugging only)")
     args = parser.parse_args(argv)
     exit_on_sigterm()  # `demo` stops its federation when interrupted

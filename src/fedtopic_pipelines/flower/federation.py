@@ -135,6 +135,7 @@ def connect(
 def run_flower_federation(grid: Grid, job: Job) -> tuple[FederationResult, GridEngine]:
     """Consensus, preparation and training of ``job`` on the nodes of ``grid``."""
     preprocess, consensus, config = job.configs()
+    config = config.flower_training()  # the job's schedule on Flower (a job built by the project says exact already)
     engine = connect(grid, job.organisations, config.flower, SecAggSettings.of(config.privacy))
     result = run_federation(engine, job.organisations, config, preprocess=preprocess, consensus=consensus)
     return result, engine

@@ -340,7 +340,7 @@ def test_the_in_process_flower_grid_and_kedro_paths_give_identical_results(case,
     orgs = list(paths)
 
     raw = {org: read_raw(paths[org]) for org in orgs}
-    vocabulary, bows, texts = run_sites(raw, preprocess, consensus, train_texts=True)
+    vocabulary, bows, texts = run_sites(raw, preprocess, consensus, texts="train")
     matrices = {org: bow.subset("train").matrix for org, bow in bows.items()}
     # the Kedro path: the sequences node on the training texts
     if get_family(name).capabilities.data_kind == DataKind.SEQUENCES:

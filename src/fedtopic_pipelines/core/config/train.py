@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from fedtopic_pipelines.core.capabilities import WEIGHT_RULES
 from fedtopic_pipelines.core.config.aggregation import AggregationConfig, OptimizerConfig
 from fedtopic_pipelines.core.config.base import (
+    ConfigError,
     ConfigModel,
     Fraction,
     Name,
@@ -114,6 +115,8 @@ class TrainConfig(ConfigModel):
                 "mini-batch's gradient per round; local epochs need a weights rule "
                 f"({list(WEIGHT_RULES)})"
             )
+        if self.engine == "flower" and "federated" in self.scenarios:
+            self.flower_training()  # a schedule this configuration cannot take fails here, before any node
         return self
 
     def _privacy_fits(self, rule: str) -> None:
@@ -174,6 +177,33 @@ class TrainConfig(ConfigModel):
         if self.aggregation.rule is not None:
             return self.aggregation.rule
         return self.model.capabilities.default_rule
+
+    def flower_training(self) -> TrainConfig:
+        """The federated scenario's configuration on the Flower engine: this one under
+        ``train.flower.schedule: exact``; under ``local_steps``, ``train.flower.local_steps``'s rule,
+        server learning rate, local steps, local optimiser and rounds in place of
+        ``train.aggregation``'s, ``train.optimizer`` and ``train.max_steps`` (the rest kept, the
+        client fraction too). The result says ``exact``: it is what the nodes run, and what the
+        in-process engine trains to check them."""
+        flower = self.flower
+        if flower.schedule == "exact":
+            return self
+        schedule = flower.local_steps
+        aggregation = self.aggregation.replace(rule=schedule.rule, eta=schedule.eta, local_steps=schedule.steps)
+        try:
+            return self.replace(
+                aggregation=aggregation.replace(local_epochs=1),
+                optimizer=schedule.optimizer,
+                max_steps=schedule.rounds,
+                max_epochs=None,
+                flower=flower.replace(schedule="exact"),
+            )
+        except ConfigError as exc:
+            raise ConfigError(
+                f"'train.flower.schedule' is 'local_steps', which this configuration cannot take: "
+                f"{str(exc).removeprefix('parameter block ' + repr('train') + ': ')}. Set "
+                "'train.flower.schedule: exact' to train on Flower as in process (docs/deployment.md)"
+            ) from None
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> TrainConfig:

@@ -34,7 +34,8 @@ def train_models(
     read only by a contextual family).
 
     With ``train.engine: flower`` the federated scenario runs on the Flower federation of
-    ``train.flower.federation_dir`` (``make federation-up``), each node on its own data;
+    ``train.flower.federation_dir`` (``make federation-up``), each node on its own data, by
+    ``train.flower.schedule`` (local steps, or exactly as in process);
     the other scenarios, which need the pooled or a single organisation's data, run in
     process. Returns the models, the full per-round history (JSON) and a thinned history for
     MLflow (every ``mlflow_every``-th round, to keep the tracking store fast; the catalog
@@ -89,7 +90,8 @@ def run_scenarios(
         from fedtopic_pipelines.flower.federation import Job
         from fedtopic_pipelines.flower.submit import train_on_flower
 
-        job = Job(list(organisations), preprocess_params, consensus_params, config.to_params())
+        flower = config.flower_training()  # train.flower.schedule: local_steps, or exact
+        job = Job(list(organisations), preprocess_params, consensus_params, flower.to_params())
         models["federated"], runs["federated"] = train_on_flower(
             job, common_vocabulary["term"].tolist(), Path(config.flower.federation_dir), config.flower.run_timeout_s
         )
