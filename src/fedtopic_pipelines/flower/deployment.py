@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from cryptography import x509
 
 from fedtopic_pipelines.core.vocab.privacy import KEY_ENV, MIN_KEY_BYTES
 
@@ -58,9 +59,9 @@ class DeploymentError(RuntimeError):
     """A federation process did not start or a run failed; the message names which and where its log is."""
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
@@ -145,18 +146,42 @@ def _make_server_certificate(openssl: str, paths: Mapping[str, Path], ext: Path)
     )
 
 
-def make_certificates(folder: Path) -> dict[str, Path]:
-    """CA and SuperLink certificate (SAN 127.0.0.1, localhost), unless already there."""
+def make_certificates(folder: Path, host: str = "127.0.0.1") -> dict[str, Path]:
+    """CA and SuperLink certificate (SAN ``host``, 127.0.0.1 and localhost), unless already there."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {n: folder / f"{n}" for n in ("ca.key", "ca.crt", "server.key", "server.csr", "server.crt")}
     if paths["server.crt"].is_file() and paths["ca.crt"].is_file():
         return paths
     ext = folder / "server.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nkeyUsage=digitalSignature,keyEncipherment\n")
+    names = ",".join(f"IP:{ip}" for ip in dict.fromkeys((host, "127.0.0.1"))) + ",DNS:localhost"
+    ext.write_text(f"subjectAltName={names}\nkeyUsage=digitalSignature,keyEncipherment\n")
     openssl = shutil.which("openssl") or "openssl"
     _make_ca(openssl, paths)
     _make_server_certificate(openssl, paths, ext)
     return paths
+
+
+def certificate_names(certificate: Path) -> list[str]:
+    """The IP addresses and DNS names a certificate is valid for (its subjectAltName)."""
+    loaded = x509.load_pem_x509_certificate(certificate.read_bytes())
+    try:
+        names = loaded.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(n) for n in names.get_values_for_type(x509.IPAddress)] + names.get_values_for_type(x509.DNSName)
+
+
+def check_certificate(certificate: Path, host: str) -> None:
+    """Refuse, before any process starts, a SuperLink certificate that does not hold the address the
+    SuperNodes dial: TLS would refuse every connection, and each SuperNode would find out alone, after
+    its retries (Flower's exit code 305, "IP address mismatch" in its log)."""
+    names = certificate_names(certificate)
+    if host not in names:
+        raise DeploymentError(
+            f"the SuperLink's certificate {certificate} is valid for {names}, not for {host}, the address the "
+            f"SuperNodes dial: TLS refuses it (hostname mismatch). Issue one whose subjectAltName holds {host} "
+            f"(remove {certificate.parent} and start again to have one made)"
+        )
 
 
 def make_key_pair(folder: Path, name: str) -> tuple[Path, Path]:
@@ -198,7 +223,10 @@ class LocalFederation:
     auth: bool = True
     warm: bool = True
     threads_per_node: int | None = None  # torch/OpenMP threads of each node's ClientApps; None: cores / organisations
-    port: int = field(default_factory=free_port)
+    host: str = "127.0.0.1"  # the address the SuperLink listens on and the SuperNodes dial
+    node_hosts: Mapping[str, str] = field(default_factory=dict)  # each SuperNode's own address (default 127.0.0.1)
+    superlink_wrapper: Sequence[str] = ()  # a command the SuperLink runs under (tests: strace, to see what it opens)
+    port: int = 0  # 0: a free one
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ports: dict[str, int] = field(default_factory=dict)
 
@@ -211,11 +239,12 @@ class LocalFederation:
                 f"no federation is up under {state_file.parent} (start one with 'make federation-up')"
             )
         state = json.loads(state_file.read_text())
-        port = int(str(state["address"]).rsplit(":", 1)[1])
-        return cls(state_file.parent, {}, tls=bool(state["tls"]), auth=bool(state["auth"]), port=port)
+        host, port = str(state["address"]).rsplit(":", 1)
+        return cls(state_file.parent, {}, tls=bool(state["tls"]), auth=bool(state["auth"]), host=host, port=int(port))
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
+        self.port = self.port or free_port(self.host)
         if self.auth and not self.tls:
             raise ValueError("node authentication needs TLS (Flower refuses --enable-supernode-auth without it)")
 
@@ -223,7 +252,11 @@ class LocalFederation:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
+
+    def node_host(self, org: str) -> str:
+        """The address of an organisation's SuperNode (its Runtime API, which its executor dials)."""
+        return self.node_hosts.get(org, "127.0.0.1")
 
     @property
     def cli_home(self) -> Path:
@@ -266,6 +299,7 @@ class LocalFederation:
     # -- processes --------------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str], home: Path, **env: str) -> subprocess.Popen:
+        """Start a process in its own session, its own working directory (``home``) and ``FLWR_HOME``."""
         log = (self.root / "logs" / f"{name}.log").open("ab")
         process = subprocess.Popen(
             args,
@@ -273,7 +307,7 @@ class LocalFederation:
             stderr=subprocess.STDOUT,
             env={**self.env(home), **env},
             start_new_session=True,
-            cwd=self.root,
+            cwd=home,
         )
         self.processes[name] = process
         self._save_state()
@@ -284,13 +318,13 @@ class LocalFederation:
         state["auth"] = self.auth
         (self.root / "federation.json").write_text(json.dumps(state, indent=2))
 
-    def _wait_listening(self, port: int, name: str, timeout: float = 60) -> None:
+    def _wait_listening(self, port: int, name: str, timeout: float = 60, host: str = "127.0.0.1") -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.processes[name].poll() is not None:
                 raise DeploymentError(f"{name} exited with {self.processes[name].returncode}; see {self.log(name)}")
             with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                if sock.connect_ex((host, port)) == 0:
                     return
             time.sleep(0.2)
         raise DeploymentError(f"{name} is not listening on port {port} after {timeout:g} s; see {self.log(name)}")
@@ -300,9 +334,10 @@ class LocalFederation:
 
     def start_superlink(self) -> None:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
-        args = [_bin("flower-superlink"), "--port", str(self.port), "--disable-runtime-dependency-installation"]
+        args = [*self.superlink_wrapper, _bin("flower-superlink"), "--host", self.host, "--port", str(self.port)]
+        args.append("--disable-runtime-dependency-installation")
         if self.tls:
-            certs = make_certificates(self.root / "certs")
+            certs = make_certificates(self.root / "certs", self.host)
             args += ["--ssl-ca-certfile", str(certs["ca.crt"]), "--ssl-certfile", str(certs["server.crt"])]
             args += ["--ssl-keyfile", str(certs["server.key"])]
             if self.auth:
@@ -310,7 +345,7 @@ class LocalFederation:
         else:
             args.append("--insecure")
         self._spawn("superlink", args, self.root / "home" / "superlink")
-        self._wait_listening(self.port, "superlink")
+        self._wait_listening(self.port, "superlink", host=self.host)
         self.write_cli_config()
 
     def register(self, public_key: Path, name: str) -> None:
@@ -321,13 +356,13 @@ class LocalFederation:
         )
 
     def supernode_args(self, org: str, data: Path, private_key: Path | None) -> list[str]:
-        port = self.node_ports.setdefault(org, free_port())
+        port = self.node_ports.setdefault(org, free_port(self.node_host(org)))
         cache = self.root / "cache" / org
         node_config = f"organisation='{org}' data-path='{Path(data).resolve()}' cache-dir='{cache}'"
         args = [_bin("flower-supernode")]
         if self.warm:  # ClientApps run by an executor process that keeps them loaded (flower/executor.py)
             args += ["--isolation", "process"]
-        args += ["--superlink", self.address, "--port", str(port)]
+        args += ["--superlink", self.address, "--host", self.node_host(org), "--port", str(port)]
         args += ["--node-config", node_config]
         if self.tls:
             args += ["--root-certificates", str(self.root / "certs" / "ca.crt")]
@@ -356,7 +391,7 @@ class LocalFederation:
         return supernode
 
     def executor_args(self, org: str, supernode_pid: int) -> list[str]:
-        address = f"127.0.0.1:{self.node_ports[org]}"  # flower-supernode's Runtime API listens on 127.0.0.1
+        address = f"{self.node_host(org)}:{self.node_ports[org]}"  # the SuperNode's Runtime API
         module = "fedtopic_pipelines.flower.executor"
         return [sys.executable, "-m", module, "--runtime-api-address", address, "--parent-pid", str(supernode_pid)]
 
@@ -375,6 +410,8 @@ class LocalFederation:
 
     def start(self) -> LocalFederation:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.tls:  # a certificate made earlier (or handed in) must hold the address the nodes dial
+            check_certificate(make_certificates(self.root / "certs", self.host)["server.crt"], self.host)
         try:
             self.start_superlink()
             for org, data in self.organisations.items():
