@@ -9,7 +9,7 @@ environment's ``privacy`` block, vectorise) with parameter overrides:
   organisation's vocabulary tokens; no training.
 * ``curve``: per setting, trains the federated and centralized scenarios exactly as `kedro run`
   does (run_federation) and scores the model every ``--every`` pooled passes with
-  ``bench_learning_curve.Scorer`` (the evaluate pipeline's pooled NPMI from summed counts, here
+  ``core.metrics.scoring.PooledScorer`` (the evaluate pipeline's pooled NPMI from summed counts, here
   over the training texts; diversity, duplicate topic pairs, largest overlap, inverted RBO,
   macro-F1).
 
@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from bench_learning_curve import Curve, Scorer
+from bench_learning_curve import Curve
 from common import ROOT, corpus_tables, project_config
 
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
+from fedtopic_pipelines.core.metrics.scoring import PooledScorer
 
 logger = logging.getLogger("bench.small_corpora")
 KEYS = {
@@ -112,7 +113,7 @@ def curve(env: str, raw: Path | None, setting: str, scenario: str, passes: float
     _, config = project_config(env, {**overrides(setting), "train": {**overrides(setting).get("train", {}), **train}})
     evaluate = from_mapping(EvaluateConfig, params["evaluate"], "evaluate")
     tests = {org: bow.subset("test") for org, bow in bows.items()}
-    scorer = Scorer(vocabulary["term"].tolist(), tests, texts, evaluate)  # the evaluate pipeline's scores
+    scorer = PooledScorer(vocabulary["term"].tolist(), tests, texts, evaluate)  # the evaluate pipeline's scores
     scores = Curve(scorer, max(1, round(every * pooled / docs_per_round)), docs_per_round, total, pooled)
     if scenario == "federated":
         endpoints, ghosts = [MemoryEndpoint(org, matrices[org]) for org in orgs], None

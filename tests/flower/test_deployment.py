@@ -1,9 +1,19 @@
 """The real deployment on loopback: flower-superlink and one flower-supernode per organisation,
-with TLS and node authentication, started and stopped by ``LocalFederation``."""
+with TLS and node authentication, started and stopped by ``LocalFederation``.
+
+The processes stand where separate hosts would: the SuperLink listens on 127.0.0.2, each
+organisation's SuperNode on an address of its own (127.0.1.x), each host's processes run in
+their own working directory and Flower home, each organisation's data lies in its own folder,
+and what they share is what an operator hands out (the CA certificate, each node's key, the
+organisations' vocabulary key). The SuperLink and every process it starts (SuperExec,
+ServerApps) run under ``strace``, which records every file they open over all of this
+module's runs: none is under an organisation's data folder."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import signal
 import stat
 import threading
@@ -17,7 +27,14 @@ from fedtopic_pipelines.core import persist
 from fedtopic_pipelines.core.federated.checkpoint import KIND
 from fedtopic_pipelines.core.vocab.privacy import KEY_ENV
 from fedtopic_pipelines.flower.cli import run_report, supernodes
-from fedtopic_pipelines.flower.deployment import DeploymentError, LocalFederation, make_key_pair, make_vocabulary_key
+from fedtopic_pipelines.flower.deployment import (
+    DeploymentError,
+    LocalFederation,
+    certificate_names,
+    make_certificates,
+    make_key_pair,
+    make_vocabulary_key,
+)
 from fedtopic_pipelines.flower.federation import load_result
 from fedtopic_pipelines.pipelines.train.nodes import training_histories
 from tests.flower.conftest import make_shared_raw_tables
@@ -26,6 +43,8 @@ from tests.flower.test_federation import TRAIN, in_process, job, write_sites
 pytestmark = pytest.mark.deployment
 ROUNDS = 3
 OPERATOR_KEY = "a key in the operator's shell, which no federation process may inherit"
+SUPERLINK_HOST = "127.0.0.2"
+OPENED = re.compile(r'open(?:at|at2)?\((?:AT_FDCWD, )?"([^"]+)"')
 
 
 def submit_in_background(fed: LocalFederation, job_file: Path, out: Path) -> tuple[threading.Thread, dict]:
@@ -48,11 +67,23 @@ def left_out_for_silence(reason: str) -> bool:
     return reason.startswith("no reply within 6 s") or (reason.startswith("error reply") and "navailable" in reason)
 
 
+def strace_prefix(log: Path) -> list[str]:
+    """Every open of a process tree into ``log`` (only the open calls stop it); none without strace."""
+    strace = shutil.which("strace")
+    return (
+        []
+        if strace is None
+        else [strace, "-f", "--seccomp-bpf", "-e", "trace=open,openat,openat2", "-qq", "-o", str(log)]
+    )
+
+
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
     root = tmp_path_factory.mktemp("federation")
-    paths = write_sites(make_shared_raw_tables(), root)
-    fed = LocalFederation(root / "fed", paths)
+    paths = write_sites(make_shared_raw_tables(), root)  # each organisation's data in its own folder
+    node_hosts = {org: f"127.0.1.{i + 1}" for i, org in enumerate(paths)}
+    trace = strace_prefix(root / "superlink.strace")
+    fed = LocalFederation(root / "fed", paths, host=SUPERLINK_HOST, node_hosts=node_hosts, superlink_wrapper=trace)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(KEY_ENV, OPERATOR_KEY)  # the deployment's own key goes to the nodes, and only to them
         fed.start()
@@ -87,6 +118,42 @@ def test_every_node_holds_the_deployment_vocabulary_key_and_the_superlink_none(f
     superlink = psutil.Process(fed.processes["superlink"].pid)
     server_side = [superlink, *superlink.children(recursive=True)]
     assert all(KEY_ENV not in p.environ() for p in server_side), [p.cmdline()[:2] for p in server_side]
+
+
+def test_each_host_has_its_own_address_and_working_folder(federation) -> None:
+    fed, paths, _ = federation
+    assert fed.address.startswith(f"{SUPERLINK_HOST}:")
+    assert SUPERLINK_HOST in certificate_names(fed.root / "certs" / "server.crt")
+    for org in paths:  # each node listens on its own address, its executor dials it there
+        supernode = fed.supernode_args(org, paths[org], None)
+        assert supernode[supernode.index("--superlink") + 1] == fed.address
+        assert supernode[supernode.index("--host") + 1] == fed.node_host(org) != "127.0.0.1"
+        assert fed.executor_args(org, 0)[-3].startswith(f"{fed.node_host(org)}:")
+    # each host's processes (the SuperLink; an organisation's SuperNode and its executor) work in a folder of their own
+    hosts = {name.split("-", 1)[-1]: Path(f"/proc/{p.pid}/cwd").resolve() for name, p in fed.processes.items()}
+    assert sorted(hosts) == sorted([*paths, "superlink"]) and len(set(hosts.values())) == len(hosts)
+    assert all(Path(f"/proc/{p.pid}/cwd").resolve() == hosts[n.split("-", 1)[-1]] for n, p in fed.processes.items())
+
+
+def test_a_certificate_that_does_not_hold_the_dialled_address_is_refused_with_the_reason(tmp_path) -> None:
+    """Refused before any process starts, with the certificate, its names and the address; and the
+    real SuperNode, dialling the address through TLS, is refused too."""
+    paths = write_sites(make_shared_raw_tables(), tmp_path / "sites")
+    org = next(iter(paths))
+    fed = LocalFederation(tmp_path / "fed", {org: paths[org]}, host=SUPERLINK_HOST, auth=False)
+    make_certificates(fed.root / "certs")  # an operator's certificate for 127.0.0.1 and localhost only
+    with pytest.raises(DeploymentError, match=r"valid for \['127\.0\.0\.1', 'localhost'\], not for 127\.0\.0\.2"):
+        fed.start()
+    assert not fed.processes  # nothing was started
+    try:
+        fed.start_superlink()  # past the check: what Flower itself does with such a certificate
+        args = fed.supernode_args(org, paths[org], None)
+        node = fed._spawn(f"supernode-{org}", [*args, "--max-retries", "1", "--max-wait-time", "15"], fed.root / org)
+        assert node.wait(timeout=90) != 0
+        log = fed.log(f"supernode-{org}").read_text()
+        assert "IP address mismatch, certificate is not valid for '127.0.0.2'" in log, log[-2000:]
+    finally:
+        fed.stop()
 
 
 @pytest.mark.slow  # over 30 s on two cores
@@ -191,6 +258,22 @@ def test_a_killed_serverapp_resumes_from_its_checkpoint_without_losing_or_repeat
     _, expected = in_process(paths, train)
     worst = max(float((model.state[k] - expected[k]).abs().max()) for k in expected)
     assert worst <= 1e-5, f"max abs parameter difference {worst} from the uninterrupted in-process run"
+
+
+def test_the_superlink_and_its_serverapps_never_opened_organisation_data(federation) -> None:
+    """Over every run of this module so far (FedSGD, pooled BatchNorm, SecAgg+, a killed and resumed
+    ServerApp): the trace holds the SuperLink's certificate and each run's job file (the ServerApp
+    reads it), so it saw them; and no path under any organisation's data folder."""
+    fed, paths, root = federation
+    trace = root / "superlink.strace"
+    if not fed.superlink_wrapper:
+        pytest.skip("strace is not installed (apt install strace): it is what sees every file a process opens")
+    opened = [Path(m.group(1)) for m in map(OPENED.search, trace.read_text().splitlines()) if m]
+    jobs = sorted(root.glob("*job*.json"))  # the runs of this module so far (the fast lane runs none)
+    assert fed.root / "certs" / "server.crt" in opened and all(job in opened for job in jobs), jobs
+    data = [Path(p).resolve() for p in paths.values()]
+    read = [p for p in opened if any(p.resolve().is_relative_to(folder) for folder in data)]
+    assert not read, f"the SuperLink's processes opened organisation data: {read[:5]}"
 
 
 @pytest.mark.slow  # over 30 s on two cores

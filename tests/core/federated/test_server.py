@@ -16,7 +16,7 @@ from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
-from fedtopic_pipelines.core.federated.server import FederatedServer, NoUsableUpdates, StoppingRule
+from fedtopic_pipelines.core.federated.server import FederatedServer, NoUsableUpdates, StoppingRule, diverged_hint
 from tests.conftest import poisson_matrices
 
 V = 50
@@ -166,8 +166,16 @@ def test_a_long_federation_reports_who_answered_how_fast_and_the_time_left(caplo
 
 def test_no_usable_update_stops_training() -> None:
     server, _ = _server()
-    with pytest.raises(NoUsableUpdates, match="round 0"):
+    with pytest.raises(NoUsableUpdates, match="round 0") as raised:
         server.run(InProcessEngine([Poisoned(_client("bad", 2), PROBES["nan"][0])]), progress=False)
+    assert "training diverged. Lower the learning rate: train.optimizer.lr" in str(raised.value)
+
+
+def test_the_divergence_hint_is_given_only_when_every_refusal_is_for_values_that_are_not_finite() -> None:
+    assert "diverged" in diverged_hint({"a": "metric 'loss' is not finite", "b": "tensor 'w' contains NaN or Inf"}, {})
+    assert diverged_hint({"a": "metric 'loss' is not finite", "b": "wrong shape"}, {}) == ""
+    assert diverged_hint({"a": "metric 'loss' is not finite"}, {"b": "timeout"}) == ""
+    assert diverged_hint({}, {"b": "timeout"}) == ""
 
 
 def test_round_records_carry_the_family_metrics_and_the_convergence_measure_only_when_asked() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import statistics
 import time
 from collections import Counter
@@ -42,6 +43,21 @@ class Engine(Protocol):
 
 class NoUsableUpdates(RuntimeError):
     """A round ended with no accepted update; training cannot continue."""
+
+
+NOT_FINITE = re.compile(r"not finite|NaN or Inf")  # the reasons the screens give (federated/aggregation.py)
+
+
+def diverged_hint(rejected: Mapping[str, str], failures: Mapping[str, str]) -> str:
+    """When every update of a round was refused for values that are not finite, the likeliest cause
+    with honest organisations is a learning rate too large for the model: say which ones to lower."""
+    if not rejected or failures or not all(NOT_FINITE.search(reason) for reason in rejected.values()):
+        return ""
+    return (
+        ". Every update held values that are not finite: with honest organisations, training diverged. "
+        "Lower the learning rate: train.optimizer.lr, and under a weights rule train.aggregation.eta (on Flower "
+        "by the local-steps schedule, train.flower.local_steps.eta and .optimizer.lr)"
+    )
 
 
 @dataclass(frozen=True)
@@ -312,6 +328,7 @@ class FederatedServer:
         if not accepted:
             raise NoUsableUpdates(
                 f"{self.name} round {round_}: no usable update (rejected {rejected}, failed {replies.failures})"
+                + diverged_hint(rejected, replies.failures)
             )
         exchanged.seconds.update(replies.seconds)
         voided = exchanging and self._void(round_, asked or [u.client_id for u in accepted], accepted, exchanged)
