@@ -41,6 +41,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
     tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py", "bench_secagg.py"}
     tested |= {"bench_attacks.py", "make_small_corpora.py", "bench_small_corpora.py", "bench_pooled.py"}
+    tested |= {"bench_scale.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -194,6 +195,23 @@ def test_bench_secagg_smoke() -> None:
 def test_bench_flower_smoke() -> None:
     out = run_bench("bench_flower.py", "--smoke", timeout=400)
     assert "| Flower, warm |" in out and "| in-process |" in out
+
+
+@pytest.mark.slow  # over 30 s on two cores
+def test_bench_scale_smoke(tmp_path: Path) -> None:
+    """In process only: N = 3 organisations cut from the smoke demo, a few rounds, every output written.
+    (Its Flower part starts a LocalFederation, as bench_flower's smoke does: not run again here.)"""
+    assert DEMO_WHEEL.is_file(), "run 'make install' first"
+    out = run_bench("bench_scale.py", "--smoke", "--no-flower", "--out", str(tmp_path))
+    assert "| 3 | in-process | 6 |" in out, out
+    result = json.loads((tmp_path / "scale.json").read_text())["results"][0]
+    assert result["rounds"] == 6 and result["reached"]["-1"]["round"] == 3  # the smoke target (-1) is met at once
+    up, down = result["uplink_bytes_per_round"], result["downlink_bytes_per_round_computed"]
+    assert abs(up - down) < 0.01 * down  # FedSGD: a gradient the model's size up, the model down
+    assert 0 < result["rss_before_training_mb"] <= result["peak_rss_mb"]
+    rows = list(csv.DictReader((tmp_path / "scale_curve.csv").open()))
+    assert [int(r["round"]) for r in rows] == [3, 6] and all(-1 <= float(r["npmi"]) <= 1 for r in rows)
+    assert (tmp_path / "scale.png").stat().st_size > 0 and (tmp_path / "scale.csv").is_file()
 
 
 def test_bench_learning_curve_smoke(tmp_path) -> None:

@@ -42,15 +42,25 @@ class PooledScorer:
         self.terms, self.tests, self.texts, self.config = list(terms), tests, texts, config
         self.dense = {org: torch.from_numpy(t.matrix.toarray()) for org, t in tests.items() if len(t)}
 
+    def npmi(self, model: Any) -> float:
+        """The pooled NPMI alone (cheap next to the per-organisation SVMs: for curves at many organisations)."""
+        with torch.no_grad():
+            beta = model.topic_word().cpu().numpy()
+        return self._npmi(top_words(beta, self.terms, self.config.top_words))
+
+    def _npmi(self, topics: list[list[str]]) -> float:
+        candidates = CoherenceCandidates.from_topics(topics)
+        context = context_of("c_npmi")
+        pooled = sum_counts(count_cooccurrences(texts, candidates, [context]) for texts in self.texts.values())
+        npmi = coherence_by_model({"model": topics}, candidates, pooled, "c_npmi")["model"].mean
+        return float("nan") if npmi is None else float(npmi)
+
     def __call__(self, model: Any) -> dict[str, Any]:
         config = self.config
         with torch.no_grad():
             beta = model.topic_word().cpu().numpy()
         topics = top_words(beta, self.terms, config.top_words)
-        candidates = CoherenceCandidates.from_topics(topics)
-        context = context_of("c_npmi")
-        pooled = sum_counts(count_cooccurrences(texts, candidates, [context]) for texts in self.texts.values())
-        npmi = coherence_by_model({"model": topics}, candidates, pooled, "c_npmi")["model"].mean
+        npmi = self._npmi(topics)
         found = redundancy(topics, config.duplicate_shared_words, config.rbo_weight)
         with torch.no_grad():
             f1s = [
@@ -62,7 +72,7 @@ class PooledScorer:
             ]  # fmt: skip
         defined = [f for f in f1s if f is not None and np.isfinite(f)]
         return {
-            "npmi": float("nan") if npmi is None else float(npmi),
+            "npmi": npmi,
             "topic_diversity": topic_diversity(top_words(beta, self.terms, config.diversity_top_words)),
             "duplicate_topic_pairs": len(found.duplicate_pairs),
             "largest_topic_overlap": found.largest_overlap,
