@@ -125,12 +125,7 @@ def demo_job(params: dict[str, Any], rounds: int | None = None, schedule: str | 
 def exact_job(params: dict[str, Any]) -> Job:
     """The federated scenario as ``kedro run`` trains it in process (the base FedSGD): the reference
     the demo's Flower model is scored beside."""
-    from fedtopic_pipelines.parameters import validate_parameters
-
-    project = validate_parameters(params)
-    train = project.train.replace(scenarios=("federated",), engine="in_process")
-    organisations = list(params["organisations"])
-    return Job(organisations, project.preprocess.to_params(), project.consensus.to_params(), train.to_params())
+    return demo_job(params, schedule="exact")
 
 
 @dataclass
@@ -212,15 +207,18 @@ def run_report(
     }
 
 
-def quality(model: TrainedModel, data: DemoData, params: dict[str, Any]) -> dict[str, Any]:
-    """The model's pooled NPMI, topic diversity, redundancy and mean per-organisation macro-F1,
+def quality(models: dict[str, TrainedModel], data: DemoData, params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each model's pooled NPMI, topic diversity, redundancy and mean per-organisation macro-F1,
     as the evaluate pipeline computes them (summed over the organisations)."""
     from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
     from fedtopic_pipelines.core.metrics.scoring import PooledScorer
 
     config = from_mapping(EvaluateConfig, params.get("evaluate"), "evaluate")
-    scores = PooledScorer(data.vocabulary["term"].tolist(), data.tests, data.texts, config)(model.to_model())
-    return {k: v for k, v in scores.items() if k not in ("topics", "duplicate_pairs_detail")}
+    scorer = PooledScorer(data.vocabulary["term"].tolist(), data.tests, data.texts, config)
+    hidden = ("topics", "duplicate_pairs_detail")
+    return {
+        name: {k: v for k, v in scorer(model.to_model()).items() if k not in hidden} for name, model in models.items()
+    }
 
 
 def demo(args: argparse.Namespace) -> None:
@@ -254,6 +252,7 @@ def demo(args: argparse.Namespace) -> None:
     difference = max(float((model.state[k] - same.state[k]).abs().max()) for k in same.state)
     logger.info("federation demo: the exact in-process model (kedro run's federated scenario), to score beside it")
     exact, exact_wall = in_process_model(exact_job(params), data.vocabulary, data.matrices)
+    scores = quality({"flower": model, "in_process_exact": exact}, data, params)
     latencies = run["latencies_s"]
     report = {
         "run_id": run_id,
@@ -271,12 +270,12 @@ def demo(args: argparse.Namespace) -> None:
                 "schedule": schedule_facts(flower_config),
                 "wall_s": wall,
                 "in_process_wall_s": same_wall,
-                **quality(model, data, params),
+                **scores["flower"],
             },
             "in_process_exact": {
                 "schedule": schedule_facts(exact.config),
                 "wall_s": exact_wall,
-                **quality(exact, data, params),
+                **scores["in_process_exact"],
             },
         },
     }

@@ -90,8 +90,8 @@ def run_scenarios(
         from fedtopic_pipelines.flower.federation import Job
         from fedtopic_pipelines.flower.submit import train_on_flower
 
-        flower = config.flower_training()  # train.flower.schedule: local_steps, or exact
-        job = Job(list(organisations), preprocess_params, consensus_params, flower.to_params())
+        # the ServerApp trains it by train.flower.schedule (TrainConfig.flower_training)
+        job = Job(list(organisations), preprocess_params, consensus_params, config.to_params())
         models["federated"], runs["federated"] = train_on_flower(
             job, common_vocabulary["term"].tolist(), Path(config.flower.federation_dir), config.flower.run_timeout_s
         )
