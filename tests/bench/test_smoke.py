@@ -41,7 +41,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
     tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py", "bench_secagg.py"}
     tested |= {"bench_attacks.py", "make_small_corpora.py", "bench_small_corpora.py", "bench_pooled.py"}
-    tested |= {"bench_scale.py"}
+    tested |= {"bench_scale.py", "bench_nmf_exact.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -256,6 +256,17 @@ def test_bench_word2vec_smoke() -> None:
 def test_bench_nmf_smoke() -> None:
     out = run_bench("bench_nmf.py", "--smoke")
     assert "| scikit-learn max_iter |" in out and "seconds per client" in out
+
+
+def test_bench_nmf_exact_smoke(tmp_path: Path) -> None:
+    """FedNMF exact through the engine stops at scikit-learn's iteration with its H and error."""
+    out = run_bench("bench_nmf_exact.py", "--smoke", "--json", str(tmp_path / "exact.json"))
+    assert "time to the converged loss" in out
+    figures = json.loads((tmp_path / "exact.json").read_text())
+    federated, reference = figures["equality"]["iterations"]
+    assert federated == reference and figures["equality"]["h_relative"] < 1e-9
+    ours, theirs = figures["equality"]["reconstruction_error"]
+    assert ours == pytest.approx(theirs)
 
 
 def test_bench_pctd_smoke() -> None:

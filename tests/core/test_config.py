@@ -26,7 +26,7 @@ def test_unknown_scenario_is_named() -> None:
 
 
 def test_unknown_family_is_named() -> None:
-    families = r"\['prodlda', 'combinedtm', 'zeroshottm', 'word2vec', 'nmf', 'pctd'\]"
+    families = r"\['prodlda', 'combinedtm', 'zeroshottm', 'word2vec', 'nmf', 'pctd', 'nmf_exact'\]"
     with pytest.raises(ConfigError, match=r"parameter 'train.model.family' is 'lda'; expected one of " + families):
         TrainConfig.from_params({"model": {"family": "lda"}})
 

@@ -61,7 +61,11 @@ def test_every_method_at_every_number_of_topics_is_trained_and_scored(chain) -> 
     assert sum(v is not None and math.isfinite(v) for v in runs["npmi"]) >= len(runs) // 2  # from the summed counts
     federated = runs[runs["method"].str.startswith("fed") & (runs["method"] != "fedlda")]
     assert (federated["bytes"] > 0).all() and (runs.loc[runs["method"] == "nmf_sgd", "bytes"] == 0).all()
-    assert (federated["rounds"] == 4).all()
+    weights = federated[federated["method"] != "fedexact"]
+    assert (weights["rounds"] == 4).all()
+    # FedNMF exact runs scikit-learn's iterations: up to sklearn_max_iter, fewer when it converges
+    exact = runs[runs["method"] == "fedexact"]
+    assert len(exact) == 2 and exact["rounds"].between(2, 30).all()
     # gensim's distributed scheme equals its batch LDA on the concatenated documents
     lda, fedlda = (runs[runs["method"] == m].sort_values("topics") for m in ("lda", "fedlda"))
     assert lda["we_coherence"].tolist() == fedlda["we_coherence"].tolist()
@@ -80,7 +84,8 @@ def test_the_tables_figures_claims_and_mlflow_runs_follow_the_paper(chain) -> No
     }
     assert set(figures) == {"fig2_accuracy_vs_topics", "fig3_f1_vs_bytes", "fig4_heterogeneity"}
     curves = tables["curves"]
-    assert set(curves["topics"]) == {4} and len(curves) == 8 * 2  # 8 federated methods, 2 points each
+    # 9 federated methods (8 weights rules, FedNMF exact), 2 points each
+    assert set(curves["topics"]) == {4} and len(curves) == 9 * 2
     assert (curves.groupby("method")["bytes"].diff().dropna() > 0).all()  # bytes accumulate
     heterogeneity = tables["heterogeneity"]
     assert sorted(set(zip(heterogeneity["alpha"], heterogeneity["clients"], strict=True))) == [
@@ -166,17 +171,23 @@ def test_bad_settings_are_refused_naming_the_parameter(change, message) -> None:
 
 
 def test_each_federated_method_reports_who_took_part_in_which_round(chain) -> None:
-    """Client sampling (2 of 3 organisations a round) leaves one out of each of the 4 rounds: said per method."""
+    """Client sampling (2 of 3 organisations a round) leaves one out of each of the 4 rounds: said per
+    method. FedNMF exact takes every organisation in every round: none left out."""
     metrics, runs = chain["fednmf_metrics"], chain["fednmf_tables"]["runs"]
     federated = {f"{m}-{k}" for m in FEDNMF_METHODS if m.startswith("fed") and m != "fedlda" for k in (3, 4)}
+    exact = {f"fedexact-{k}" for k in (3, 4)}
     assert set(metrics["participation"]) == federated
-    for summary in metrics["participation"].values():
+    for key, summary in metrics["participation"].items():
+        if key in exact:
+            assert summary["totals"]["took_part"] == 3 * summary["rounds"] and not summary["left_out"]
+            continue
         assert summary["rounds"] == 4 and summary["totals"]["sampled_out"] == 4
         assert summary["totals"]["took_part"] == 8 and sum(summary["took_part"].values()) == 8
         rounds = sorted(r for entries in summary["left_out"].values() for e in entries for r in e["rounds"])
         assert rounds == [0, 1, 2, 3]  # each round names the organisation it left out
     by_key = dict(zip(runs["method"] + "-" + runs["topics"].astype(str), runs["left_out"], strict=True))
-    assert all(by_key[key] == 4 for key in federated)
+    assert all(by_key[key] == (0 if key in exact else 4) for key in federated)
     assert all(math.isnan(v) for key, v in by_key.items() if key not in federated)  # no federation, no count
     nested = {r["name"]: r["metrics"] for r in chain["fednmf_mlflow_runs"]["runs"]}
+    federated -= exact
     assert all(nested[key]["left_out"] == 4 for key in federated) and "left_out" not in nested["nmf-3"]

@@ -59,6 +59,7 @@ class FamilyCapabilities:
     membership_audit: bool = False
     reads_broadcast: bool = False
     local_steps: bool = True
+    every_round: bool = False
 
     def __post_init__(self) -> None:
         if self.default_rule not in self.rules:

@@ -43,7 +43,9 @@ from fedtopic_pipelines.core.config import (
 
 # FedNMF+MI's experiments (seed 004 Tables III-IV, Figs. 2-4) ------------------------------
 FEDERATED_NMF_METHODS = tuple(m for rule in WEIGHT_RULES for m in (rule, f"{rule}_mi"))  # FedAvg, FedAvg+MI, ...
-FEDNMF_METHODS = ("lda", "nmf", "nmf_sgd", "nmf_sgd_mi", "fedlda", *FEDERATED_NMF_METHODS)  # Tables III-IV's rows
+EXACT_NMF_METHOD = "fedexact"  # FedNMF exact: scikit-learn's coordinate descent from summed statistics
+# Tables III-IV's rows, and FedNMF exact beside them
+FEDNMF_METHODS = ("lda", "nmf", "nmf_sgd", "nmf_sgd_mi", "fedlda", EXACT_NMF_METHOD, *FEDERATED_NMF_METHODS)
 FedNMFMethod = Literal[FEDNMF_METHODS]  # type: ignore[valid-type]  # Literal of the tuple's names
 FederatedNMFMethod = Literal[FEDERATED_NMF_METHODS]  # type: ignore[valid-type]
 TopicCount = Annotated[int, Field(ge=2)]
@@ -124,8 +126,10 @@ class FedNMFRunConfig(ConfigModel):
     server's settings, each method its rule); ``mi_weight`` is lambda of the ``*_mi`` methods
     (the others: 0). The centralized NMF by SGD trains ``centralized_rounds`` rounds of
     ``local_epochs`` epochs over the pooled documents (null: round(rounds x C), as many passes
-    over the data as a federated run makes). ``sklearn_max_iter``: scikit-learn ``NMF``'s
-    coordinate descent; ``lda``: gensim's LDA for the LDA and FedLDA rows.
+    over the data as a federated run makes). ``sklearn_max_iter`` and ``sklearn_tol``: scikit-learn
+    ``NMF``'s coordinate descent (``max_iter``, ``tol``), and FedNMF exact's (``fedexact``: the same
+    solver from summed statistics, with ``train``'s seed, validation and checkpoints); ``lda``:
+    gensim's LDA for the LDA and FedLDA rows.
     """
 
     block: ClassVar[str] = "fednmf"
@@ -136,6 +140,7 @@ class FedNMFRunConfig(ConfigModel):
     train: TrainConfig = Field(default_factory=_default_nmf_train)
     centralized_rounds: PositiveInt | None = None
     sklearn_max_iter: PositiveInt = 200
+    sklearn_tol: PositiveFloat = 1e-4
     lda: LDAConfig = Field(default_factory=LDAConfig)
     evaluate: FedNMFEvaluateConfig = Field(default_factory=FedNMFEvaluateConfig)
     heterogeneity: HeterogeneityConfig = Field(default_factory=HeterogeneityConfig)
@@ -158,7 +163,8 @@ class FedNMFRunConfig(ConfigModel):
         ``organisations`` for its federated methods, and Fig. 4's K = ``heterogeneity.clients``
         (and the corpus's K at each alpha; ``experiments/fednmf.py: run_heterogeneity``), so that
         a rule these numbers cannot satisfy is refused before the first run, not the tenth."""
-        sizes = {organisations} if any(m in FEDERATED_NMF_METHODS for m in self.methods) else set()
+        federated = (*FEDERATED_NMF_METHODS, EXACT_NMF_METHOD)
+        sizes = {organisations} if any(m in federated for m in self.methods) else set()
         sweep = self.heterogeneity
         if sweep.alphas and sweep.clients and sweep.methods:
             sizes |= {organisations, *sweep.clients}

@@ -20,7 +20,10 @@ The methods (Tables III-IV's rows):
 * ``nmf_sgd`` / ``nmf_sgd_mi``: NMF by projected SGD on the pooled documents (one trusted
   server holding them all: the centralized scenario of the engine);
 * ``fed<rule>`` / ``fed<rule>_mi``: FedNMF(+MI) with FedAvg / FedAdagrad / FedYogi / FedAdam,
-  client fraction C and local epochs E of ``fednmf.train.aggregation``.
+  client fraction C and local epochs E of ``fednmf.train.aggregation``;
+* ``fedexact``: FedNMF exact (family ``nmf_exact``): scikit-learn's coordinate descent from the
+  organisations' summed statistics, every organisation every round, ``sklearn_max_iter`` rounds
+  at most, stopped by ``sklearn_tol`` as scikit-learn stops.
 
 A topic model's document weights: NMF's from the trained W (and critic) by
 ``NMFModel.doc_topic``; scikit-learn's ``transform``; LDA's normalised variational gammas.
@@ -41,7 +44,7 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.config import WEIGHT_RULES, TrainConfig
+from fedtopic_pipelines.core.config import WEIGHT_RULES, AggregationConfig, NMFExactConfig, TrainConfig
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.participation import participation
 from fedtopic_pipelines.core.federated.server import FederatedServer
@@ -53,7 +56,7 @@ from fedtopic_pipelines.core.metrics.we_coherence import we_coherence
 from fedtopic_pipelines.core.seeds import derive_seed
 from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
-from fedtopic_pipelines.experiments.config import FedNMFRunConfig
+from fedtopic_pipelines.experiments.config import EXACT_NMF_METHOD, FedNMFRunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +69,23 @@ def rule_of(method: str) -> str | None:
     return base if base in WEIGHT_RULES else None
 
 
+def trained_federated(method: str) -> bool:
+    """Whether the engine trains ``method`` over the organisations (a weights rule, or FedNMF exact)."""
+    return method == EXACT_NMF_METHOD or rule_of(method) is not None
+
+
 def method_config(run: FedNMFRunConfig, method: str, topics: int) -> TrainConfig:
     """The training block of one NMF method at ``topics`` topics: its rule, its MI weight; the
     centralized ones one pooled client for ``centralized_rounds`` rounds."""
     train = run.train
+    if method == EXACT_NMF_METHOD:
+        return train.replace(
+            model=NMFExactConfig(n_topics=topics),
+            aggregation=AggregationConfig(),
+            max_steps=run.sklearn_max_iter,
+            max_epochs=None,
+            tolerance=run.sklearn_tol,
+        )
     mi = run.mi_weight if method.endswith("_mi") else 0.0
     model = train.model.replace(n_topics=topics, mi_weight=mi)
     rule = rule_of(method)
@@ -78,6 +94,16 @@ def method_config(run: FedNMFRunConfig, method: str, topics: int) -> TrainConfig
     rounds = run.centralized_rounds or max(1, round(train.max_steps * train.aggregation.client_fraction))
     aggregation = train.aggregation.replace(rule="fedavg", client_fraction=1.0)
     return train.replace(model=model, aggregation=aggregation, max_steps=rounds, max_epochs=None)
+
+
+def check_methods(run: FedNMFRunConfig) -> None:
+    """Build every method's training block once, so that a method the run's settings cannot train
+    (FedNMF exact under DP, say) is refused before the first model, naming the method."""
+    for method in run.methods:
+        try:
+            method_config(run, method, run.topics[0])
+        except ValueError as error:
+            raise ValueError(f"'fednmf.methods' has {method!r}, which cannot train here: {error}") from None
 
 
 @dataclass
@@ -242,7 +268,7 @@ def train_nmf(
     organisations afterwards)."""
     config = method_config(run, method, topics)
     orgs = list(train)
-    federated = rule_of(method) is not None
+    federated = trained_federated(method)
     if federated:
         endpoints: list[Any] = [MemoryEndpoint(org, m) for org, m in train.items()]
     else:
@@ -277,6 +303,9 @@ def train_nmf(
     history = result.model.history
     sent = _communicated(history, _model_bytes(result.model.state), len(orgs)) if federated else [0.0]
     who = participation(history, orgs) if federated else None
+    if curve and federated and (not snapshots or snapshots[-1]["round"] != len(history)):
+        # a run stopped by its tolerance (FedNMF exact) before the last mark: its curve ends where it stopped
+        snapshots.append({"round": float(len(history)), "bytes": sent[-1], "model": copy.deepcopy(model)})
     return model, {"rounds": len(history), "bytes": sent[-1], "curve": snapshots, "participation": who}
 
 
@@ -321,7 +350,14 @@ def train_sklearn(run: FedNMFRunConfig, topics: int, train: Mapping[str, sp.csr_
     from sklearn.decomposition import NMF
 
     pooled = sp.vstack(list(train.values())).tocsr().astype(np.float64)
-    model = NMF(n_components=topics, init="nndsvda", solver="cd", max_iter=run.sklearn_max_iter, random_state=run.seed)
+    model = NMF(
+        n_components=topics,
+        init="nndsvda",
+        solver="cd",
+        max_iter=run.sklearn_max_iter,
+        tol=run.sklearn_tol,
+        random_state=run.seed,
+    )
     model.fit(pooled)
     return model, {"rounds": int(model.n_iter_), "bytes": 0.0, "curve": []}
 
@@ -405,7 +441,7 @@ def run_sweep(
     settings = [(k, m) for k in run.topics for m in run.methods]
     results = []
     for topics, method in tqdm(settings, desc="fednmf sweep", disable=not progress):
-        curve = topics == run.evaluate.curve_topics and rule_of(method) is not None
+        curve = topics == run.evaluate.curve_topics and trained_federated(method)
         results.append(run_method(method, run, topics, train, vocabulary, evaluation, vectors, curve, progress))
     return results
 

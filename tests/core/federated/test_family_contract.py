@@ -33,7 +33,7 @@ from fedtopic_pipelines.core.config import (
 from fedtopic_pipelines.core.families import families, get_family
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
-from fedtopic_pipelines.core.federated.family import LocalRounds, PrivateSteps, Streaming
+from fedtopic_pipelines.core.federated.family import LocalRounds, LocalState, PrivateSteps, Streaming
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
 from fedtopic_pipelines.core.federated.server import FederatedServer, StoppingRule
 from fedtopic_pipelines.core.federation import run_federation
@@ -158,6 +158,18 @@ CASES: dict[str, FamilyCase] = {
             "optimizer": {"name": "adagrad", "lr": 0.05},
             "aggregation": {"rule": "fedadam", "local_epochs": 2},
             "batch_size": 8,
+            "max_steps": 10,
+            "seed": 7,
+            "device": "cpu",
+        },
+        data=lambda: dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True)),
+        vocab_size=40,
+        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
+        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+    ),
+    "nmf_exact": FamilyCase(
+        train={
+            "model": {"family": "nmf_exact", "n_topics": 3, "alpha_w": 0.01, "l1_ratio": 0.5},
             "max_steps": 10,
             "seed": 7,
             "device": "cpu",
@@ -641,11 +653,20 @@ def test_nothing_but_the_declared_update_kind_leaves_a_client(case, endpoints, t
     orgs = [e.name for e in inner]
     engine = InProcessEngine([Recording(e, sent) for e in inner])
     result = run_federation(engine, orgs, config, progress=False, **stages)
-    shared = set(family.shared_names(result.model.to_model()))
+    trained = result.model.to_model()
+    client_model = family.create_model(spec.vocab_size, config, CPU)
+    if isinstance(family, LocalState):
+        family.init_local(client_model, next(iter(spec.data().values())), config, 0)
+    local = {n for n, _ in client_model.named_parameters()} - set(family.shared_names(trained))
+    strategy = family.strategy(trained, config)
     updates = [u for what, u in sent if what == "round"]
     assert {u.kind for u in updates} == {family.update_kind, UpdateKind.METRICS}
     for update in updates:
-        assert set(update.tensors) <= shared  # only shared parameters, never local ones or data
+        # only what the server's strategy accepts (shared parameters, or the family's declared
+        # statistics of them), never a local parameter or data
+        assert not set(update.tensors) & local
+        if update.kind is not UpdateKind.METRICS:
+            strategy.validate(update, None)
         assert all(isinstance(v, torch.Tensor) for v in [*update.tensors.values(), *update.statistics.values()])
         assert set(update.metrics) <= {*family.loss_names, "validation_loss"}
         assert all(isinstance(v, float) for v in update.metrics.values())

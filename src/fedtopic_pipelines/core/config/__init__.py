@@ -64,7 +64,7 @@ from fedtopic_pipelines.core.config.ingest import (
     Sha256,
     StreamingIngestConfig,
 )
-from fedtopic_pipelines.core.config.nmf import NMFConfig
+from fedtopic_pipelines.core.config.nmf import NMFConfig, NMFExactConfig
 from fedtopic_pipelines.core.config.pctd import PCTDConfig
 from fedtopic_pipelines.core.config.privacy import ROBUST_RULES, DPConfig, PrivacyConfig, SecAggConfig
 from fedtopic_pipelines.core.config.prodlda import CombinedTMConfig, ProdLDAConfig, ZeroShotTMConfig
@@ -117,6 +117,7 @@ __all__ = [
     "ModelConfig",
     "MultiMatch",
     "NMFConfig",
+    "NMFExactConfig",
     "Name",
     "NonNegativeFloat",
     "NonNegativeInt",

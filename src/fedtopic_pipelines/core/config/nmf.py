@@ -1,4 +1,4 @@
-"""FedNMF+MI's ``train.model`` block (the weights family)."""
+"""The NMF families' ``train.model`` blocks: FedNMF+MI (weights) and FedNMF exact (summed statistics)."""
 
 from __future__ import annotations
 
@@ -50,3 +50,48 @@ class NMFConfig(FamilyConfig):
     mi_weight: NonNegativeFloat = 0.0
     tau: PositiveFloat = 5.0
     inference_epochs: PositiveInt = 5
+
+
+class NMFExactConfig(FamilyConfig):
+    """FedNMF exact: scikit-learn's coordinate-descent NMF (``NMF(solver="cd")``, Frobenius loss)
+    on the pooled documents, computed from sums over the organisations (docs/fednmf.md).
+
+    X ~ W H with H (``n_topics`` x vocabulary, the topics) shared and W (a topic vector per
+    document) kept by the organisation that holds the document. Every round each organisation
+    runs one cyclic coordinate-descent sweep over its own documents' W from the broadcast H and
+    sends W_o^T W_o, X_o^T W_o, its sweep's violation and ||X_o||^2; the server sums them and
+    sweeps H: one iteration of scikit-learn's solver. ``alpha_w``, ``alpha_h`` and ``l1_ratio``
+    are scikit-learn's ``alpha_W``, ``alpha_H`` (null: ``"same"``) and ``l1_ratio``;
+    ``train.tolerance`` is its ``tol`` (the violation relative to the first round's) and
+    ``train.max_steps`` its ``max_iter``. ``transform_max_iter``: sweeps that give a held-out
+    document its topic weights (scikit-learn's ``transform``, from zeros, to the same tolerance).
+    No local optimiser: ``train.optimizer`` is not read.
+    """
+
+    block: ClassVar[str] = "train.model"
+    capabilities: ClassVar[FamilyCapabilities] = FamilyCapabilities(
+        data_kind=DataKind.BAG_OF_WORDS,
+        rules=frozenset({"fedsgd"}),
+        rule_refusal=(
+            "'train.aggregation.rule' is {rule!r}, but FedNMF exact's organisations send sums that the server "
+            "adds (one coordinate-descent iteration per round): no averaging rule applies; leave it null"
+        ),
+        privacy=frozenset({"secure_aggregation"}),
+        privacy_refusal=(
+            "'privacy.dp' or 'privacy.robust_rule' set for nmf_exact: its organisations send exact sums "
+            "(noise or a median would make it another algorithm than scikit-learn's coordinate descent); "
+            "secure aggregation applies; for differential privacy use the nmf family"
+        ),
+        local_steps=False,
+        every_round=True,
+        reads_broadcast=True,  # an organisation's sweep reads H and H H^T, never writes them
+        pipelines=frozenset({"fednmf"}),
+        probabilistic=False,
+    )
+
+    family: Literal["nmf_exact"] = "nmf_exact"
+    n_topics: Annotated[int, Field(ge=2)] = 50
+    alpha_w: NonNegativeFloat = 0.0
+    alpha_h: NonNegativeFloat | None = None
+    l1_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    transform_max_iter: PositiveInt = 200

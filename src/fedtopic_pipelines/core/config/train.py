@@ -109,6 +109,11 @@ class TrainConfig(ConfigModel):
                 f"'train.aggregation.local_steps' is {steps}, but this family's local update runs whole epochs: "
                 "set 'train.aggregation.local_epochs' instead"
             )
+        if capabilities.every_round and self.aggregation.client_fraction < 1:
+            raise ValueError(
+                f"'train.aggregation.client_fraction' is {self.aggregation.client_fraction:g}, but "
+                f"{self.model.family} sums every organisation's statistics in every round: set it to 1.0"
+            )
         if rule == "fedsgd" and self.aggregation.local_epochs != 1:
             raise ValueError(
                 f"'train.aggregation.local_epochs' is {self.aggregation.local_epochs}, but FedSGD sends one "

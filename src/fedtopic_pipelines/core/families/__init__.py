@@ -18,6 +18,7 @@ from fedtopic_pipelines.core.config import (
 )
 from fedtopic_pipelines.core.families.ctm import ContextualFamily
 from fedtopic_pipelines.core.families.nmf import NMFFamily
+from fedtopic_pipelines.core.families.nmf_exact import ExactNMFFamily
 from fedtopic_pipelines.core.families.pctd import PCTDFamily
 from fedtopic_pipelines.core.families.prodlda import ProdLDAFamily
 from fedtopic_pipelines.core.families.word2vec import Word2VecFamily
@@ -73,4 +74,5 @@ register(ContextualFamily("combinedtm", CombinedTMConfig))
 register(ContextualFamily("zeroshottm", ZeroShotTMConfig))
 register(Word2VecFamily())
 register(NMFFamily())
+register(ExactNMFFamily())
 register(PCTDFamily())

@@ -535,8 +535,10 @@ class SummedStatistics(FedSGD):
     normalisation with clipping, then eq. 13), returning what it wants recorded (entries
     clipped, topics emptied, the privacy spent after ``iteration`` iterations, counted from 1
     and kept across a resumed run). Validation (names, shapes, finite values, the document
-    count) is the engine's; ``check`` adds a family's own. Its convergence measure is the
-    relative change of the parameters.
+    count) is the engine's; ``check`` adds a family's own. ``specs``: the statistics' names,
+    shapes and dtypes where they are not the shared parameters' (FedNMF exact sends W^T W and
+    X^T W for H). Its convergence measure is the relative change of the parameters, or, with
+    ``convergence_metric``, the measure of that name that ``combine`` records itself.
     """
 
     kind = UpdateKind.STATISTICS
@@ -549,6 +551,8 @@ class SummedStatistics(FedSGD):
         shared: Sequence[str] | None = None,
         metric_names: Sequence[str] | None = None,
         check: Any = None,
+        specs: Mapping[str, TensorSpec] | None = None,
+        convergence_metric: str | None = None,
     ) -> None:
         self.model = model
         self.combine = combine
@@ -557,7 +561,10 @@ class SummedStatistics(FedSGD):
         self.iterations = 0
         self.metric_names = None if metric_names is None else frozenset(metric_names)
         self.params = {n: p for n, p in model.named_parameters() if shared is None or n in shared}
-        self._specs = {name: TensorSpec.of(p) for name, p in self.params.items()}
+        self._specs = dict(specs) if specs is not None else {name: TensorSpec.of(p) for name, p in self.params.items()}
+        self._own_measure = convergence_metric is not None
+        if convergence_metric is not None:
+            self.convergence_metric = convergence_metric
 
     def validate(self, update: Update, capacity: int | None) -> None:
         validate_update(update, self.kind, self._specs, None, capacity, self.metric_names)
@@ -573,7 +580,8 @@ class SummedStatistics(FedSGD):
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         sums = total([u.tensors for u in updates])
-        before = {k: p.detach().clone() for k, p in self.params.items()} if measure else None
+        own = self._own_measure
+        before = {k: p.detach().clone() for k, p in self.params.items()} if measure and not own else None
         self.iterations += 1
         with torch.no_grad():
             recorded = dict(self.combine(self.params, sums, self.iterations))

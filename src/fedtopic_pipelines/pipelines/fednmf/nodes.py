@@ -41,21 +41,29 @@ from fedtopic_pipelines.core.metrics.topics import top_words
 from fedtopic_pipelines.core.shards import as_frame
 from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
-from fedtopic_pipelines.experiments.config import FEDERATED_NMF_METHODS, FedNMFRunConfig
+from fedtopic_pipelines.experiments.config import EXACT_NMF_METHOD, FEDERATED_NMF_METHODS, FedNMFRunConfig
 from fedtopic_pipelines.experiments.fednmf import (
     Fitted,
+    check_methods,
     model_key,
     organisation_scores,
     rule_of,
     run_heterogeneity,
     run_sweep,
+    trained_federated,
 )
 from fedtopic_pipelines.parameters import with_privacy
 
 logger = logging.getLogger(__name__)
 
 NPMI = "c_npmi"
-COLOURS = {"fedavg": "tab:red", "fedadagrad": "tab:blue", "fedadam": "tab:green", "fedyogi": "tab:purple"}
+COLOURS = {
+    "fedavg": "tab:red",
+    "fedadagrad": "tab:blue",
+    "fedadam": "tab:green",
+    "fedyogi": "tab:purple",
+    "exact": "tab:orange",
+}
 
 
 def run_fednmf(
@@ -73,6 +81,7 @@ def run_fednmf(
     score. ``privacy`` (the top-level block) applies to the federated methods."""
     run = from_mapping(FedNMFRunConfig, params, "fednmf")
     run = run.replace(train=with_privacy(run.train, privacy, "fednmf.train"))
+    check_methods(run)
     terms = common_vocabulary["term"].tolist()
     require_same(
         "vocabulary",
@@ -232,7 +241,7 @@ def _mlflow_runs(runs: pd.DataFrame, tables: dict[str, pd.DataFrame], figures: d
         "runs": [
             {
                 "name": model_key(r["method"], r["topics"]),
-                "params": {"method": r["method"], "topics": r["topics"], "rule": rule_of(r["method"]) or "centralized"},
+                "params": {"method": r["method"], "topics": r["topics"], "rule": _rule_label(r["method"])},
                 "metrics": {
                     k: float(r[k])
                     for k in (*keys, "seconds", "bytes", "rounds", "left_out")
@@ -298,8 +307,15 @@ def _rises(values: list[float]) -> bool:
     return values[-1] > values[0]
 
 
+def _rule_label(method: str) -> str:
+    """What aggregates a method's run: its weights rule, ``exact`` (summed statistics) or ``centralized``."""
+    if method == EXACT_NMF_METHOD:
+        return "exact"
+    return rule_of(method) or "centralized"
+
+
 def _style(method: str) -> dict[str, Any]:
-    rule = rule_of(method) or "fedavg"
+    rule = _rule_label(method)
     return {"color": COLOURS.get(rule, "black"), "linestyle": "-" if method.endswith("_mi") else ":", "marker": "o"}
 
 
@@ -307,7 +323,7 @@ def _figure_topics(runs: pd.DataFrame) -> plt.Figure:
     figure, ax = plt.subplots(figsize=(6, 4))
     for method, part in runs.groupby("method", sort=False):
         part = part.sort_values("topics")
-        if rule_of(method) is not None:
+        if trained_federated(method):
             ax.plot(part["topics"], part["accuracy"], label=method, **_style(method))
         else:
             ax.plot(part["topics"], part["accuracy"], label=method, color="grey", alpha=0.6, marker="x")
