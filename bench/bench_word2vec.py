@@ -92,7 +92,7 @@ def train_ours(data, vocabulary, args, scenario: str, sharing: str, negatives: i
         scenarios=(scenario,),
         optimizer={"name": "sgd", "lr": lr},
         max_steps=steps,
-        device="cpu",
+        device=args.device,
         threads=args.threads,
         seed=args.seed,
     )
@@ -281,6 +281,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3, help="passes over the pooled text")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="ours: train.device (cpu, cuda, auto); gensim: the CPU")
     parser.add_argument("--dimension", type=int, default=100)
     parser.add_argument("--window", type=int, default=5)
     parser.add_argument("--top-n", type=int, default=20000, help="each organisation's proposal (vocab_consensus.top_n)")
