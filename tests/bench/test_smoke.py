@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ def test_every_benchmark_script_has_a_smoke_test() -> None:
     tested |= {"screen_normalisation.py", "demo_pooled_coherence.py", "bench_long_document.py", "bench_embeddings.py"}
     tested |= {"bench_word2vec.py", "bench_nmf.py", "bench_pctd.py", "bench_privacy.py", "bench_secagg.py"}
     tested |= {"bench_attacks.py", "make_small_corpora.py", "bench_small_corpora.py", "bench_pooled.py"}
-    tested |= {"bench_scale.py", "bench_nmf_exact.py"}
+    tested |= {"bench_scale.py", "bench_nmf_exact.py", "bench_evaluation.py"}
     assert scripts == tested, scripts ^ tested
 
 
@@ -267,6 +268,16 @@ def test_bench_nmf_exact_smoke(tmp_path: Path) -> None:
     assert federated == reference and figures["equality"]["h_relative"] < 1e-9
     ours, theirs = figures["equality"]["reconstruction_error"]
     assert ours == pytest.approx(theirs)
+
+
+def test_bench_evaluation_smoke(tmp_path: Path) -> None:
+    """Sparse completion perplexity gives the dense number; batched logging logs the same values."""
+    out = run_bench("bench_evaluation.py", "--smoke", "--json", str(tmp_path / "evaluation.json"))
+    dense, sparse = (float(x) for x in re.search(r"dense ([\d.e+]+), sparse ([\d.e+]+)", out).groups())
+    assert sparse == pytest.approx(dense, rel=1e-5)
+    assert "logged values read back equal" in out
+    rows = json.loads((tmp_path / "evaluation.json").read_text())
+    assert {r["what"].split(",")[0] for r in rows} >= {"completion perplexity", "metric logging"}
 
 
 def test_bench_pctd_smoke() -> None:

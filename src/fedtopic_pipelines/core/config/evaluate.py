@@ -35,6 +35,9 @@ class EvaluateConfig(ConfigModel):
     ``top_words`` words of every topic are the coherence candidates each organisation counts,
     and the lists redundancy is judged on: two topics sharing ``duplicate_shared_words`` or more
     of them are a duplicate pair; ``rbo_weight`` is inverted RBO's persistence (OCTIS's 0.9).
+    ``threads``: torch's threads while an organisation infers its held-out documents (null:
+    torch's default); 1, as ``train.threads``, is the fastest on a shared host
+    (docs/performance.md, "Thread policy on a busy host").
     """
 
     block: ClassVar[str] = "evaluate"
@@ -52,6 +55,7 @@ class EvaluateConfig(ConfigModel):
     svm_test_size: OpenFraction = 0.2
     svm_c: PositiveFloat = 1.0
     seed: Seed = 42
+    threads: PositiveInt | None = 1
 
     @model_validator(mode="after")
     def _duplicates_within_top_words(self) -> Self:

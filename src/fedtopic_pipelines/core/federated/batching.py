@@ -9,13 +9,13 @@ noise for that batch, so the same source gives the same numbers wherever it is u
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core.models.ctm import ContextualBatch
+from fedtopic_pipelines.core.models.prodlda import csr_tensor
 from fedtopic_pipelines.core.seeds import derive_seed
 
 
@@ -74,17 +74,7 @@ class EpochSampler:
 def _sparse(matrix: sp.csr_matrix, rows: np.ndarray, device: torch.device) -> torch.Tensor:
     """The rows as a torch sparse CSR tensor: the model's input layer and reconstruction term
     skip the zeros of a bag of words (about 98 % of it)."""
-    part = matrix[rows]
-    part.sort_indices()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)", category=UserWarning)
-        return torch.sparse_csr_tensor(
-            torch.from_numpy(part.indptr.astype(np.int64)),
-            torch.from_numpy(part.indices.astype(np.int64)),
-            torch.from_numpy(part.data),
-            size=part.shape,
-            device=device,
-        )
+    return csr_tensor(matrix[rows], device)
 
 
 def _rows(matrix: sp.csr_matrix, embeddings: np.ndarray | None, rows: np.ndarray, device: torch.device):

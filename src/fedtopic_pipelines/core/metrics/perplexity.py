@@ -20,6 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core.models.ctm import ContextualBatch
+from fedtopic_pipelines.core.models.prodlda import csr_tensor, reconstruction
 
 
 def split_tokens(bow: sp.csr_matrix, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -53,11 +54,13 @@ def completion_perplexity(
     device = next(model.parameters()).device
     log_likelihood, tokens = 0.0, 0.0
     for start in range(0, observed.shape[0], batch_size):
-        seen = torch.from_numpy(observed[start : start + batch_size].toarray()).to(device)
-        target = torch.from_numpy(held_out[start : start + batch_size].toarray()).to(device)
+        # sparse batches: the encoder's first layer and the held-out words' log-probabilities
+        # skip the zeros (the same sums, in another order: equal up to float rounding)
+        seen = csr_tensor(observed[start : start + batch_size], device)
+        target = csr_tensor(held_out[start : start + batch_size], device)
         if embeddings is not None:
             seen = ContextualBatch(seen, torch.from_numpy(embeddings[start : start + batch_size]).to(device))
         word_dist = model.word_distribution(seen)
-        log_likelihood += float((target * torch.log(word_dist + 1e-10)).sum())
-        tokens += float(target.sum())
+        log_likelihood -= float(reconstruction(target, word_dist).sum())
+        tokens += float(target.values().sum())
     return math.exp(-log_likelihood / tokens)

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -201,6 +203,22 @@ def _dropout(x: torch.Tensor, keep: torch.Tensor | None, p: float) -> torch.Tens
     return x * keep / (1.0 - p)
 
 
+def csr_tensor(matrix: sp.csr_matrix, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A scipy CSR matrix as a torch sparse CSR tensor (sorted indices), the layout the encoder's
+    first layer and the reconstruction term read without the zeros."""
+    matrix = matrix.tocsr()
+    matrix.sort_indices()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)", category=UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(matrix.indptr.astype(np.int64)),
+            torch.from_numpy(matrix.indices.astype(np.int64)),
+            torch.from_numpy(matrix.data),
+            size=matrix.shape,
+            device=device,
+        )
+
+
 def linear_on_bow(bow: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """A linear layer on a bag of words (the encoder's first). A bag of words is about 2 %
     non-zero, so a sparse CSR batch (what the batch sources give) is multiplied as such: the
@@ -212,7 +230,7 @@ def linear_on_bow(bow: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return F.linear(bow, weight, bias)
 
 
-def _reconstruction(bow: torch.Tensor, word_dist: torch.Tensor) -> torch.Tensor:
+def reconstruction(bow: torch.Tensor, word_dist: torch.Tensor) -> torch.Tensor:
     """Per-document negative log-likelihood of the counts: -sum_w n_w log p_w. On a sparse
     batch only the words present are gathered; equal to the dense sum up to float rounding."""
     if bow.layout == torch.sparse_csr:
@@ -402,7 +420,7 @@ class ProdLDA(nn.Module):
         if self.training:
             theta = _dropout(theta, draws.theta_keep, self.config.dropout)
         word_dist = self.decode(theta, stats)
-        rl = _reconstruction(self._bow(batch), word_dist)
+        rl = reconstruction(self._bow(batch), word_dist)
         return rl, self._kl(mu, log_var)
 
     def _negative_elbo(

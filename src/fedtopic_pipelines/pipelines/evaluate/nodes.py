@@ -25,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fedtopic_pipelines.core.capabilities import DataKind
+from fedtopic_pipelines.core.compute import compute_threads
 from fedtopic_pipelines.core.config import EvaluateConfig, from_mapping
 from fedtopic_pipelines.core.families.ctm import DocumentEmbeddings, contextual_split
 from fedtopic_pipelines.core.federated.participation import participation
@@ -54,6 +55,7 @@ from fedtopic_pipelines.core.metrics.quality import model_warnings
 from fedtopic_pipelines.core.metrics.topics import redundancy, top_words, topic_diversity
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.models.ctm import ContextualBatch
+from fedtopic_pipelines.core.models.prodlda import csr_tensor
 from fedtopic_pipelines.core.shards import ShardedTable, as_frame
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
@@ -159,11 +161,13 @@ def evaluate_organisation(
     test = bow.subset("test")
     if len(test) == 0:
         logger.warning("organisation %s has no held-out documents: perplexity and F1 left out", org)
+    with compute_threads(config.threads):
+        held_out = _held_out_scores(models, bow, embeddings, org, config)
     return {
         "organisation": org,
         "n_test_documents": len(test),
         "n_texts": len(texts),
-        "models": _held_out_scores(models, bow, embeddings, org, config),
+        "models": held_out,
         "coherence_counts": counts_to_dict(counts),
         "lineage": {**lineage, "candidates": candidates_fingerprint(candidates), "vocabulary": bow.vocabulary},
     }
@@ -200,7 +204,7 @@ def _held_out_scores(
     organisation's held-out documents; a contextual model reads their embeddings too."""
     scores: dict[str, dict[str, float | None]] = {name: {} for name in models}
     test = bow.subset("test")
-    dense = torch.from_numpy(test.matrix.toarray()) if len(test) else None
+    held = csr_tensor(test.matrix) if len(test) else None  # sparse: the encoder's first layer skips the zeros
     contextual = any(m.config.model.capabilities.data_kind == DataKind.CONTEXTUAL for m in models.values())
     test_embeddings = None
     if contextual:  # the held-out documents' embeddings, row for row
@@ -214,8 +218,8 @@ def _held_out_scores(
             if len(test) and capabilities.probabilistic  # NMF has no word distribution
             else None
         )
-        if dense is not None:
-            inputs = dense if extra is None else ContextualBatch(dense, torch.from_numpy(extra))
+        if held is not None:
+            inputs = held if extra is None else ContextualBatch(held, torch.from_numpy(extra))
             theta = model.doc_topic(inputs).numpy()
             scores[name]["macro_f1"] = svm_macro_f1(theta, test.labels, config.svm_test_size, config.svm_c, config.seed)
         else:
