@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 from kedro.io import DatasetError
@@ -68,6 +70,25 @@ def test_trained_models_dataset_round_trips_without_pickle(tmp_path) -> None:
     assert all(loaded[n].state["beta"].equal(models[n].state["beta"]) for n in models)
     with pytest.raises(DatasetError, match="no trained models"):
         TrainedModelsDataset(str(tmp_path / "none")).load()
+    # read once per process while the files stay as they are (every evaluation node reads them) ...
+    again = TrainedModelsDataset(str(tmp_path / "models")).load()
+    assert all(again[n] is loaded[n] for n in models)
+    # ... and read afresh when another writer replaced a file, or this dataset saved
+    import os
+
+    from fedtopic_pipelines.core.model_store import save_models
+
+    first = next(iter(models))
+    changed = {**models, first: dataclasses.replace(models[first], state={**models[first].state})}
+    changed[first].state["beta"] = changed[first].state["beta"] + 1.0
+    save_models(tmp_path / "models", changed)
+    path = tmp_path / "models" / f"{first}.safetensors"
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    fresh = TrainedModelsDataset(str(tmp_path / "models")).load()
+    assert fresh[first].state["beta"].equal(changed[first].state["beta"])
+    dataset.save(models)
+    assert dataset.load()[first].state["beta"].equal(models[first].state["beta"])
 
 
 def test_bow_corpus_dataset_round_trips_without_pickle(tmp_path) -> None:

@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -203,17 +203,35 @@ class EmbeddingsDataset(AbstractDataset[DocumentEmbeddings, DocumentEmbeddings])
 class TrainedModelsDataset(AbstractDataset[dict[str, TrainedModel], dict[str, TrainedModel]]):
     """A folder of trained models: one safetensors file each (weights plus a JSON header with
     the config and history) and ``models.json`` with their order. No pickle: a model file
-    never runs code when it is loaded (``core/persist.py``)."""
+    never runs code when it is loaded (``core/persist.py``).
+
+    Every organisation's evaluation node reads the same models: a folder is parsed once per
+    process and handed out again while none of its files changed (their size and modification
+    time), since parsing a model's per-round history was most of an evaluation node's time
+    (docs/performance.md). The models are shared between the readers: treat them as read-only."""
+
+    _parsed: ClassVar[dict[Path, tuple[tuple, dict[str, TrainedModel]]]] = {}
 
     def __init__(self, path: str) -> None:
         self._path = Path(path)
 
+    def _signature(self) -> tuple:
+        files = sorted([self._path / "models.json", *self._path.glob("*.safetensors")])
+        return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+
     def _load(self) -> dict[str, TrainedModel]:
         if not (self._path / "models.json").is_file():
             raise DatasetError(f"no trained models at '{self._path}': run the train pipeline first")
-        return load_models(self._path)
+        key, signature = self._path.resolve(), self._signature()
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] == signature:
+            return dict(cached[1])
+        models = load_models(self._path)
+        self._parsed[key] = (signature, models)
+        return dict(models)
 
     def _save(self, data: dict[str, TrainedModel]) -> None:
+        self._parsed.pop(self._path.resolve(), None)
         save_models(self._path, data)
 
     def _exists(self) -> bool:
