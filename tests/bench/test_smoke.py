@@ -191,6 +191,13 @@ def test_bench_secagg_smoke() -> None:
     assert "secure" in out and "plain" in out
 
 
+def test_bench_secagg_grid_smoke() -> None:
+    """The same rounds on the in-process grid: 4 messages per organisation and secure round, 1 plain."""
+    out = run_bench("bench_secagg.py", "--grid", "--rounds", "1", "--organisations", "3", timeout=300)
+    rows = {line.split("|")[2].strip(): line.split("|") for line in out.splitlines() if line.startswith("| 3 |")}
+    assert float(rows["plain"][3]) == 3 and float(rows["secure"][3]) == 12
+
+
 @pytest.mark.deployment
 @pytest.mark.slow  # over 30 s on two cores
 def test_bench_flower_smoke() -> None:
