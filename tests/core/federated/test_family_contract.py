@@ -80,6 +80,15 @@ class FamilyCase:
     variants: tuple[dict[str, Any], ...] = ()  # model options the exactness check also runs
 
 
+PREPROCESS = {"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1}
+CONSENSUS = {"top_n": 50, "min_count": 0, "merge": "union"}
+
+
+def bags() -> dict[str, Any]:
+    """Three organisations' bags of words (30, 21 and 45 documents over 40 words)."""
+    return dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True))
+
+
 CASES: dict[str, FamilyCase] = {
     "prodlda": FamilyCase(
         train={
@@ -89,10 +98,10 @@ CASES: dict[str, FamilyCase] = {
             "seed": 7,
             "device": "cpu",
         },
-        data=lambda: dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True)),
+        data=bags,
         vocab_size=40,
-        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
-        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+        preprocess=PREPROCESS,
+        consensus=CONSENSUS,
         concatenated=ConcatenatedStreams,
         variants=(
             {"normalization": "layer"},
@@ -121,8 +130,8 @@ CASES: dict[str, FamilyCase] = {
             },
             data=lambda: contextual_data((30, 21, 45), 40, TINY_EMBEDDING_SIZE),
             vocab_size=40,
-            preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
-            consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+            preprocess=PREPROCESS,
+            consensus=CONSENSUS,
             concatenated=ConcatenatedStreams,
             variants=(
                 ({"normalization": "layer"}, {"normalization": "pooled_batch"})
@@ -143,8 +152,8 @@ CASES: dict[str, FamilyCase] = {
         },
         data=lambda: word_sequences((30, 21, 45), 40),
         vocab_size=40,
-        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
-        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+        preprocess=PREPROCESS,
+        consensus=CONSENSUS,
         concatenated=ConcatenatedStreams,
         variants=(
             {"negative_sharing": "pair", "reduction": "mean"},
@@ -162,10 +171,10 @@ CASES: dict[str, FamilyCase] = {
             "seed": 7,
             "device": "cpu",
         },
-        data=lambda: dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True)),
+        data=bags,
         vocab_size=40,
-        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
-        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+        preprocess=PREPROCESS,
+        consensus=CONSENSUS,
     ),
     "nmf_exact": FamilyCase(
         train={
@@ -174,10 +183,10 @@ CASES: dict[str, FamilyCase] = {
             "seed": 7,
             "device": "cpu",
         },
-        data=lambda: dict(zip(("a", "b", "c"), poisson_matrices((30, 21, 45), 40), strict=True)),
+        data=bags,
         vocab_size=40,
-        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
-        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+        preprocess=PREPROCESS,
+        consensus=CONSENSUS,
     ),
     "pctd": FamilyCase(
         train={
@@ -189,8 +198,8 @@ CASES: dict[str, FamilyCase] = {
         },
         data=lambda: word_sequences((30, 21, 45), 40),
         vocab_size=40,
-        preprocess={"min_df": 1, "max_df": 1.0, "min_token_length": 2, "processes": 1},
-        consensus={"top_n": 50, "min_count": 0, "merge": "union"},
+        preprocess=PREPROCESS,
+        consensus=CONSENSUS,
     ),
 }
 
