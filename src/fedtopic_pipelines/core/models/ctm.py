@@ -7,13 +7,12 @@ sentence embedding of each document; the decoder reconstructs the bag of words a
 * **CombinedTM**: ``adapt_bert``, a linear map from the embedding to the vocabulary's size,
   and the encoder's first layer on the concatenation [bag of words, adapted embedding].
   The concatenation is not built: the first layer's weight is split into its bag-of-words
-  and embedding columns, so the sparse bag of words keeps its sparse product; the result
-  is the same sum.
+  and embedding columns; the result is the same sum.
 * **ZeroShotTM**: the first layer reads the embedding only, so topics can be inferred for
   documents whose words the vocabulary misses.
 
-A batch is a :class:`ContextualBatch`: the bag of words (sparse CSR or dense) and the
-embeddings of the same documents, row for row.
+A batch is a :class:`ContextualBatch`: the bag of words (sparse CSR or dense; a training pass
+densifies it once) and the embeddings of the same documents, row for row.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import torch
 from torch import nn
 
 from fedtopic_pipelines.core.config import CombinedTMConfig, ProdLDAConfig, ZeroShotTMConfig
-from fedtopic_pipelines.core.models.prodlda import ProdLDA, linear_on_bow
+from fedtopic_pipelines.core.models.prodlda import ProdLDA, dense_bow, linear_on_bow
 
 
 class ContextualBatch(NamedTuple):
@@ -79,6 +78,11 @@ class ContextualProdLDA(ProdLDA):
         """Batches as one: their bags of words stacked, their embeddings concatenated."""
         batches = [_as_batch(b) for b in batches]
         return ContextualBatch(ProdLDA.join([b.bow for b in batches]), torch.cat([b.embeddings for b in batches]))
+
+    @staticmethod
+    def _dense(batch: ContextualBatch) -> ContextualBatch:  # type: ignore[override]
+        batch = _as_batch(batch)
+        return ContextualBatch(dense_bow(batch.bow), batch.embeddings)
 
     def _cast(self, batch: ContextualBatch) -> ContextualBatch:  # type: ignore[override]
         batch = _as_batch(batch)

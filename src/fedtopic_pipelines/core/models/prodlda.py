@@ -204,8 +204,8 @@ def _dropout(x: torch.Tensor, keep: torch.Tensor | None, p: float) -> torch.Tens
 
 
 def csr_tensor(matrix: sp.csr_matrix, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A scipy CSR matrix as a torch sparse CSR tensor (sorted indices), the layout the encoder's
-    first layer and the reconstruction term read without the zeros."""
+    """A scipy CSR matrix as a torch sparse CSR tensor (sorted indices): the batch sources' layout,
+    and what evaluation's completion perplexity gathers the held-out words' probabilities from."""
     matrix = matrix.tocsr()
     matrix.sort_indices()
     with warnings.catch_warnings():
@@ -219,15 +219,19 @@ def csr_tensor(matrix: sp.csr_matrix, device: torch.device | str = "cpu") -> tor
         )
 
 
+def dense_bow(bow: torch.Tensor) -> torch.Tensor:
+    """A bag-of-words batch as a dense tensor (a sparse CSR batch, as the batch sources give it,
+    densified once per pass)."""
+    return bow.to_dense() if bow.layout == torch.sparse_csr else bow
+
+
 def linear_on_bow(bow: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """A linear layer on a bag of words (the encoder's first). A bag of words is about 2 %
-    non-zero, so a sparse CSR batch (what the batch sources give) is multiplied as such: the
-    same sums over a document's terms without the zeros, about half the layer's CPU time
-    (docs/performance.md)."""
-    if bow.layout == torch.sparse_csr:
-        out = torch.sparse.mm(bow, weight.t())
-        return out if bias is None else out + bias
-    return F.linear(bow, weight, bias)
+    """A linear layer on a bag of words (the encoder's first). A sparse CSR batch is densified
+    first: the weight's gradient is a dense (hidden x V) matrix whatever the input's layout, and
+    torch's CPU product of a CSR batch (``torch.sparse.mm``) is 2 to 4x slower than the dense one,
+    its backward above all (it transposes the batch to CSR again), from V = 2,000 to 200,000 at
+    1 % to 0.03 % non-zero (docs/performance.md)."""
+    return F.linear(dense_bow(bow), weight, bias)
 
 
 def reconstruction(bow: torch.Tensor, word_dist: torch.Tensor) -> torch.Tensor:
@@ -354,7 +358,7 @@ class ProdLDA(nn.Module):
         """Mean negative ELBO of a training batch (dropout and noise drawn from ``generator``);
         ``pooled``: the pooled BatchNorm sums of the step (raises :class:`PassComplete` when the
         pass came only to collect this batch's own)."""
-        bow = self._cast(bow)
+        bow = self._dense(self._cast(bow))
         return self._batch_loss(bow, self.draws(self.documents(bow), generator), {} if pooled is None else pooled)
 
     def loss_on_union(self, parts: list[tuple[torch.Tensor, torch.Generator | None]]) -> BatchLoss:
@@ -362,7 +366,7 @@ class ProdLDA(nn.Module):
         its dropout and noise from its own generator as :meth:`loss_on_batch` would: what pooled
         BatchNorm computes when one party holds the whole step (a trusted server's ghost batches,
         an organisation training alone), without the exchanges."""
-        batches = [self._cast(batch) for batch, _ in parts]
+        batches = [self._dense(self._cast(batch)) for batch, _ in parts]
         generators = [generator for _, generator in parts]
         draws = [self.draws(self.documents(b), g) for b, g in zip(batches, generators, strict=True)]
         joined = Draws(*(torch.cat(d) if d[0] is not None else None for d in zip(*draws, strict=True)))
@@ -397,6 +401,12 @@ class ProdLDA(nn.Module):
     def _cast(self, batch: torch.Tensor) -> torch.Tensor:
         """The batch in the model's floating type."""
         return batch.to(self.beta.dtype)
+
+    @staticmethod
+    def _dense(batch: torch.Tensor) -> torch.Tensor:
+        """A training batch with its bag of words dense (:func:`dense_bow`), converted once for the
+        input layer and the reconstruction term."""
+        return dense_bow(batch)
 
     def draws(self, n: int, generator: torch.Generator | None) -> Draws:
         """The random numbers a pass over ``n`` documents takes from ``generator``, in its order:
