@@ -20,7 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core.models.ctm import ContextualBatch
-from fedtopic_pipelines.core.models.prodlda import csr_tensor, reconstruction
+from fedtopic_pipelines.core.models.prodlda import csr_tensor
 
 
 def split_tokens(bow: sp.csr_matrix, seed: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -33,6 +33,14 @@ def split_tokens(bow: sp.csr_matrix, seed: int) -> tuple[sp.csr_matrix, sp.csr_m
     observed.eliminate_zeros()
     held_out.eliminate_zeros()
     return observed.astype(np.float32), held_out.astype(np.float32)
+
+
+def held_out_log_likelihood(target: torch.Tensor, word_dist: torch.Tensor) -> torch.Tensor:
+    """sum_w n_w log p_w over the words of a sparse CSR ``target`` only (the held-out half of each
+    document), gathered from the predicted distributions ``word_dist``."""
+    crow, col = target.crow_indices(), target.col_indices()
+    rows = torch.repeat_interleave(torch.arange(target.shape[0], device=target.device), crow.diff())
+    return (target.values() * torch.log(word_dist[rows, col] + 1e-10)).sum()
 
 
 def completion_perplexity(
@@ -61,6 +69,6 @@ def completion_perplexity(
         if embeddings is not None:
             seen = ContextualBatch(seen, torch.from_numpy(embeddings[start : start + batch_size]).to(device))
         word_dist = model.word_distribution(seen)
-        log_likelihood -= float(reconstruction(target, word_dist).sum())
+        log_likelihood += float(held_out_log_likelihood(target, word_dist))
         tokens += float(target.values().sum())
     return math.exp(-log_likelihood / tokens)

@@ -234,15 +234,11 @@ def linear_on_bow(bow: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return F.linear(dense_bow(bow), weight, bias)
 
 
-def reconstruction(bow: torch.Tensor, word_dist: torch.Tensor) -> torch.Tensor:
-    """Per-document negative log-likelihood of the counts: -sum_w n_w log p_w. On a sparse
-    batch only the words present are gathered; equal to the dense sum up to float rounding."""
-    if bow.layout == torch.sparse_csr:
-        crow, col = bow.crow_indices(), bow.col_indices()
-        rows = torch.repeat_interleave(torch.arange(bow.shape[0], device=bow.device), crow.diff())
-        terms = bow.values() * torch.log(word_dist[rows, col] + 1e-10)
-        return -torch.zeros(bow.shape[0], dtype=terms.dtype, device=terms.device).index_add(0, rows, terms)
-    return -torch.sum(bow * torch.log(word_dist + 1e-10), dim=1)
+def _reconstruction(bow: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Per-document negative log-likelihood of the counts, -sum_w n_w log p_w with
+    p = softmax(logits), from the log-softmax: one pass over the (batch x V) logits forward and
+    one backward, instead of a softmax, a gather at the present words and a scatter back."""
+    return -torch.sum(dense_bow(bow) * F.log_softmax(logits, dim=1), dim=1)
 
 
 class ProdLDA(nn.Module):
@@ -337,12 +333,16 @@ class ProdLDA(nn.Module):
         log_var = self.sigma_bn(self.f_sigma(x), stats, "sigma_bn")
         return mu, log_var
 
-    def decode(self, theta: torch.Tensor, stats: dict[str, torch.Tensor] | None) -> torch.Tensor:
-        """Word distribution of each document: softmax(BN(theta @ beta) [+ word_bias])."""
+    def decoder_logits(self, theta: torch.Tensor, stats: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """The decoder's logits over the vocabulary: BN(theta @ beta) [+ word_bias]."""
         logits = self.beta_bn(theta @ decoder_weight(self.beta, self.config.decoder), stats, "beta_bn")
         if self.word_bias is not None:
             logits = logits + self.word_bias
-        return F.softmax(logits, dim=1)
+        return logits
+
+    def decode(self, theta: torch.Tensor, stats: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """Word distribution of each document: softmax(BN(theta @ beta) [+ word_bias])."""
+        return F.softmax(self.decoder_logits(theta, stats), dim=1)
 
     def _kl(self, mu: torch.Tensor, log_var: torch.Tensor) -> torch.Tensor:
         prior_var = self.prior_variance
@@ -429,8 +429,7 @@ class ProdLDA(nn.Module):
         theta = F.softmax(mu + draws.eps * torch.exp(0.5 * log_var), dim=1)
         if self.training:
             theta = _dropout(theta, draws.theta_keep, self.config.dropout)
-        word_dist = self.decode(theta, stats)
-        rl = reconstruction(self._bow(batch), word_dist)
+        rl = _reconstruction(self._bow(batch), self.decoder_logits(theta, stats))
         return rl, self._kl(mu, log_var)
 
     def _negative_elbo(
