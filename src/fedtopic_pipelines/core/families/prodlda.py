@@ -71,10 +71,18 @@ class ProdLDAFamily(BagOfWordsData):
         return GhostBatchSource(data, config.batch_size, ghosts, seed, device)
 
     def local_step(self, model: ProdLDA, stream: BatchSource | GhostBatchSource) -> LocalStep:
-        """The gradient of this step's batches' mean loss; ghost batches are normalised apart."""
+        """The gradient of this step's batches' mean loss; ghost batches are normalised apart. When
+        the normalisation couples no documents (``layer``, ``none``) a document's terms do not depend
+        on the batch it is in, so the ghost batches go through the model as one batch (each with its
+        own draws, :meth:`ProdLDA.loss_on_union`): the same loss and gradient up to float rounding, in
+        one pass instead of one per ghost batch."""
         model.train()
         model.zero_grad(set_to_none=True)
-        parts = [model.loss_on_batch(batch, noise) for batch, noise in stream.next_batches()]
+        batches = stream.next_batches()
+        if len(batches) > 1 and not model.config.batch_coupled():
+            parts = [model.loss_on_union(batches)]
+        else:
+            parts = [model.loss_on_batch(batch, noise) for batch, noise in batches]
         n = sum(p.n for p in parts)
         loss = sum(p.loss * (p.n / n) for p in parts)
         loss.backward()
