@@ -46,6 +46,8 @@ FEDERATED_NMF_METHODS = tuple(m for rule in WEIGHT_RULES for m in (rule, f"{rule
 EXACT_NMF_METHOD = "fedexact"  # FedNMF exact: scikit-learn's coordinate descent from summed statistics
 # Tables III-IV's rows, and FedNMF exact beside them
 FEDNMF_METHODS = ("lda", "nmf", "nmf_sgd", "nmf_sgd_mi", "fedlda", EXACT_NMF_METHOD, *FEDERATED_NMF_METHODS)
+# the methods the engine trains over the organisations
+ENGINE_FEDERATED_NMF_METHODS = (EXACT_NMF_METHOD, *FEDERATED_NMF_METHODS)
 FedNMFMethod = Literal[FEDNMF_METHODS]  # type: ignore[valid-type]  # Literal of the tuple's names
 FederatedNMFMethod = Literal[FEDERATED_NMF_METHODS]  # type: ignore[valid-type]
 TopicCount = Annotated[int, Field(ge=2)]
@@ -163,8 +165,7 @@ class FedNMFRunConfig(ConfigModel):
         ``organisations`` for its federated methods, and Fig. 4's K = ``heterogeneity.clients``
         (and the corpus's K at each alpha; ``experiments/fednmf.py: run_heterogeneity``), so that
         a rule these numbers cannot satisfy is refused before the first run, not the tenth."""
-        federated = (*FEDERATED_NMF_METHODS, EXACT_NMF_METHOD)
-        sizes = {organisations} if any(m in federated for m in self.methods) else set()
+        sizes = {organisations} if any(m in ENGINE_FEDERATED_NMF_METHODS for m in self.methods) else set()
         sweep = self.heterogeneity
         if sweep.alphas and sweep.clients and sweep.methods:
             sizes |= {organisations, *sweep.clients}

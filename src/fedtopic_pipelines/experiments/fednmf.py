@@ -56,7 +56,7 @@ from fedtopic_pipelines.core.metrics.we_coherence import we_coherence
 from fedtopic_pipelines.core.seeds import derive_seed
 from fedtopic_pipelines.core.site import MemoryEndpoint, PooledEndpoint
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
-from fedtopic_pipelines.experiments.config import EXACT_NMF_METHOD, FedNMFRunConfig
+from fedtopic_pipelines.experiments.config import ENGINE_FEDERATED_NMF_METHODS, EXACT_NMF_METHOD, FedNMFRunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def rule_of(method: str) -> str | None:
 
 def trained_federated(method: str) -> bool:
     """Whether the engine trains ``method`` over the organisations (a weights rule, or FedNMF exact)."""
-    return method == EXACT_NMF_METHOD or rule_of(method) is not None
+    return method in ENGINE_FEDERATED_NMF_METHODS
 
 
 def method_config(run: FedNMFRunConfig, method: str, topics: int) -> TrainConfig:

@@ -135,5 +135,5 @@ class ExactNMFFamily(BagOfWordsData):
 def _sweep_statistics(update: Update) -> None:
     """W >= 0, so W^T W, X^T W, the violation and ||X||^2 are all >= 0; a negative entry is no sweep's."""
     for name, tensor in update.tensors.items():
-        if tensor.numel() and float(tensor.min()) < 0:  # one reduction, no mask of V x k
+        if float(tensor.min()) < 0:  # one reduction, no mask of V x k (shapes are checked before)
             raise UpdateRejected(update.client_id, f"statistic '{name}' has negative entries: W >= 0 and X >= 0")

@@ -564,7 +564,6 @@ class SummedStatistics(FedSGD):
         self.metric_names = None if metric_names is None else frozenset(metric_names)
         self.params = {n: p for n, p in model.named_parameters() if shared is None or n in shared}
         self._specs = dict(specs) if specs is not None else {name: TensorSpec.of(p) for name, p in self.params.items()}
-        self._own_measure = convergence_metric is not None
         if convergence_metric is not None:
             self.convergence_metric = convergence_metric
 
@@ -582,7 +581,7 @@ class SummedStatistics(FedSGD):
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         sums = total([u.tensors for u in updates])
-        own = self._own_measure
+        own = self.convergence_metric != SummedStatistics.convergence_metric  # combine records its own measure
         before = {k: p.detach().clone() for k, p in self.params.items()} if measure and not own else None
         self.iterations += 1
         with torch.no_grad():

@@ -116,6 +116,15 @@ def as_counts(matrix: Any) -> sp.csr_matrix:
     return sp.csr_matrix(matrix, dtype=np.float64)
 
 
+def squared_error(
+    squared_norm: float, cross: np.ndarray, factor: np.ndarray, gram: np.ndarray, hht: np.ndarray
+) -> float:
+    """||X - W H||^2 = ||X||^2 - 2 <cross, factor> + <W^T W, H H^T>, scikit-learn's formula for
+    sparse X: ``cross`` is X H^T with ``factor`` W, or X^T W with ``factor`` H^T (the same inner
+    product), ``gram`` W^T W."""
+    return squared_norm - 2.0 * float(np.vdot(cross, factor)) + float(np.vdot(gram, hht))
+
+
 def _gram(ht: np.ndarray, l2: float) -> np.ndarray:
     gram = ht.T @ ht
     if l2:
@@ -177,7 +186,6 @@ class ExactNMFModel(nn.Module):
         self, vocab_size: int, n_topics: int, seed: int, penalties: Penalties, transform_max_iter: int, tol: float
     ) -> None:
         super().__init__()
-        self.seed = seed
         self.penalties = penalties
         self.transform_max_iter = transform_max_iter
         self.tol = tol if tol > 0 else DEFAULT_TOL
@@ -218,7 +226,7 @@ class ExactNMFModel(nn.Module):
         hht = self.hht.detach().numpy().copy()  # the broadcast H H^T (the penalty goes on a copy)
         xht = np.asarray(docs.x @ ht)
         # its reconstruction error at the broadcast H, before the sweep moves W (its loss)
-        loss = docs.squared_norm - 2.0 * float(np.vdot(xht, w)) + float(np.vdot(w.T @ w, hht))
+        loss = squared_error(docs.squared_norm, xht, w, w.T @ w, hht)
         penalties = self.penalties
         if penalties.l2_w:
             hht.flat[:: hht.shape[0] + 1] += penalties.l2_w
@@ -239,7 +247,7 @@ class ExactNMFModel(nn.Module):
         violation = cd_sweep(ht, hess, np.ascontiguousarray(grad_side))
         hht = _gram(ht, 0.0)
         self.hht.copy_(torch.from_numpy(hht))
-        loss = squared_norm - 2.0 * float(np.vdot(cross, ht)) + float(np.vdot(gram, hht))
+        loss = squared_error(squared_norm, cross, ht, gram, hht)
         return violation, loss
 
     @torch.no_grad()
@@ -260,6 +268,5 @@ class ExactNMFModel(nn.Module):
         x = as_counts(bow)
         ht = self.ht.detach().numpy()
         w = solve_weights(x, ht, self.penalties, self.transform_max_iter, self.tol)
-        xht = np.asarray(x @ ht)
-        loss = float(np.square(x.data).sum()) - 2.0 * float(np.vdot(xht, w)) + float(np.vdot(w.T @ w, ht.T @ ht))
+        loss = squared_error(float(np.square(x.data).sum()), np.asarray(x @ ht), w, w.T @ w, self.hht.detach().numpy())
         return max(loss, 0.0), x.shape[0]
