@@ -182,3 +182,31 @@ def test_a_negative_statistic_is_rejected() -> None:
 
     with pytest.raises(UpdateRejected, match="'cross' has negative entries"):
         strategy.validate(Update("a", UpdateKind.STATISTICS, bad, 3, round=0), 3)
+
+
+@pytest.mark.parametrize(
+    ("matrix", "message"),
+    [
+        (sp.csr_matrix((0, VOCAB), dtype=np.float32), "no training document"),
+        (sp.csr_matrix(np.array([[1.0, -2.0] + [0.0] * (VOCAB - 2)], dtype=np.float32)), "negative or non-finite"),
+        (sp.csr_matrix(np.array([[1.0, np.nan] + [0.0] * (VOCAB - 2)], dtype=np.float32)), "negative or non-finite"),
+    ],
+    ids=["empty", "negative", "nan"],
+)
+def test_an_organisation_nmf_cannot_factorise_is_named(matrix, message) -> None:
+    with pytest.raises(ValueError, match=f"organisation 'b'.*{message}"):
+        get_family("nmf_exact").validate_data("b", matrix, _config())
+
+
+def test_the_sweep_refuses_fedexact_under_dp_before_the_first_model() -> None:
+    from fedtopic_pipelines.experiments.config import FedNMFRunConfig
+    from fedtopic_pipelines.experiments.fednmf import check_methods
+    from fedtopic_pipelines.parameters import with_privacy
+
+    run = FedNMFRunConfig.model_validate(
+        {"methods": ["nmf", "fedexact"], "topics": [5], "evaluate": {"curve_topics": 5}}
+    )
+    dp = {"dp": {"level": "client", "noise_multiplier": 1.0, "clip": 1.0}}
+    run = run.replace(train=with_privacy(run.train, dp, "fednmf.train"))
+    with pytest.raises(ValueError, match="'fednmf.methods' has 'fedexact'.*privacy.dp"):
+        check_methods(run)
