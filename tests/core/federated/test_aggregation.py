@@ -97,7 +97,8 @@ def _rows(index, values=None, name="emb") -> Update:
     [
         (_rows([0, 5]), r"must lie in \[0, 5\)"),
         (_rows([-1, 2]), r"must lie in \[0, 5\)"),
-        (_rows([1, 1]), "repeat a row"),
+        (_rows([1, 1]), "no repeat of a row"),
+        (_rows([3, 1]), "must increase"),
         (_rows([1, 2], torch.ones(3, 3)), "shape"),
         (_rows([1], name="other"), "unknown tensors"),
         (Update("org", SPARSE, {"emb": torch.ones(1, 3)}, 2, row_indices={"emb": torch.tensor([1.0])}), "int64"),
@@ -112,16 +113,17 @@ def test_sparse_rows_are_checked(update, reason) -> None:
 def test_sparse_row_mean_equals_the_dense_weighted_mean_on_the_touched_rows() -> None:
     generator = torch.Generator().manual_seed(0)
     a = _rows([0, 3], torch.randn(2, 3, generator=generator))
-    b = _rows([3, 4, 1], torch.randn(3, 3, generator=generator))
+    b = _rows([1, 3, 4], torch.randn(3, 3, generator=generator))
+    c = _rows([4, 1], torch.randn(2, 3, generator=generator))  # the mean itself takes rows in any order
     validate_update(a, SPARSE, ROWS, capacity=4)
     validate_update(b, SPARSE, ROWS, capacity=4)
-    rows, mean = sparse_row_mean([a, b], [2, 6])["emb"]
+    rows, mean = sparse_row_mean([a, b, c], [2, 6, 1])["emb"]
     dense = []
-    for update in (a, b):
+    for update in (a, b, c):
         full = torch.zeros(5, 3)
         full[update.row_indices["emb"]] = update.tensors["emb"]
         dense.append({"emb": full})
-    expected = weighted_mean(dense, [2, 6])["emb"]
+    expected = weighted_mean(dense, [2, 6, 1])["emb"]
     assert rows.tolist() == [0, 1, 3, 4]  # row 2 untouched: not materialised
     assert torch.allclose(mean, expected[rows], atol=1e-7)
 

@@ -73,3 +73,43 @@ def test_checkpoint_state_round_trips() -> None:
     other.load_state_dict(strategy.state_dict())
     torch.testing.assert_close(other.model.topic_word, strategy.model.topic_word)
     assert other.iterations == strategy.iterations == 1  # a resumed run counts on from where it was
+
+
+class Tables(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.input = nn.Parameter(torch.randn(6, 3, generator=torch.Generator().manual_seed(0)))
+        self.output = nn.Parameter(torch.randn(6, 3, generator=torch.Generator().manual_seed(1)))
+
+
+@pytest.mark.parametrize("name", ["sgd", "adagrad", "sparse_adam"])
+def test_sparse_rows_step_only_the_touched_rows_as_torchs_optimizer_would(name: str) -> None:
+    """Plain SGD is applied as one addition on the rows; Adagrad and SparseAdam through torch's
+    sparse-aware step. Each equals torch's optimizer on the mean gradient, row for row."""
+    from fedtopic_pipelines.core.config import OptimizerConfig
+    from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD, make_optimizer
+
+    config = OptimizerConfig(name=name, lr=0.3)
+    model, expected, untouched_reference = Tables(), Tables(), Tables()
+    strategy = SparseRowsSGD(model, config, reduction="sum")
+    g = torch.Generator().manual_seed(2)
+    a = {"input": torch.randn(2, 3, generator=g)}
+    b = {"input": torch.randn(1, 3, generator=g)}
+    updates = [
+        Update("a", UpdateKind.SPARSE_ROWS, a, 3, row_indices={"input": torch.tensor([1, 4])}),
+        Update("b", UpdateKind.SPARSE_ROWS, b, 1, row_indices={"input": torch.tensor([4])}),
+    ]
+    dense = torch.zeros(6, 3)  # the pair-weighted mean (3 and 1 of 4 pairs) times the round's 4 pairs
+    dense[[1, 4]] += a["input"] * 3
+    dense[[4]] += b["input"] * 1
+    optimizer = make_optimizer([expected.input], config, sparse=True)
+    for _ in range(2):  # two rounds: Adagrad and Adam carry state from the first
+        strategy.aggregate(updates, measure=False)
+        optimizer.zero_grad()
+        expected.input.grad = dense.to_sparse()
+        optimizer.step()
+    assert torch.allclose(model.input, expected.input, atol=1e-6)
+    assert not torch.equal(model.input, untouched_reference.input)
+    untouched = [0, 2, 3, 5]
+    assert torch.equal(model.input.detach()[untouched], untouched_reference.input.detach()[untouched])
+    assert torch.equal(model.output, untouched_reference.output)  # no client sent it: never stepped

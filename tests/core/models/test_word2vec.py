@@ -8,6 +8,7 @@ import torch
 
 from fedtopic_pipelines.core.config import Word2VecConfig
 from fedtopic_pipelines.core.models.word2vec import (
+    NoiseSampler,
     PairBatch,
     SkipGram,
     keep_probabilities,
@@ -25,12 +26,20 @@ def _model(vocab: int = 30, dim: int = 6) -> SkipGram:
     return model
 
 
-@pytest.mark.parametrize("chunk", [512, 3])
+@pytest.mark.parametrize(
+    ("path", "chunk"), [("compiled", None), ("tensors", 512), ("tensors", 3)], ids=["compiled", "tensors", "blocks"]
+)
 @pytest.mark.parametrize("shared", [True, False])
-def test_the_sparse_gradient_equals_autograd_on_the_dense_tables(shared: bool, chunk: int, monkeypatch) -> None:
+def test_the_sparse_gradient_equals_autograd_on_the_dense_tables(
+    shared: bool, path: str, chunk: int | None, monkeypatch
+) -> None:
+    """The CPU's compiled loop and the accelerator's tensor path (run here on the CPU; blocks of
+    3 cut batches of 7 and 5 pairs) both give autograd's gradient."""
     from fedtopic_pipelines.core.models import word2vec
 
-    monkeypatch.setattr(word2vec, "CHUNK", chunk)  # 3: batches of 7 and 5 pairs are cut into blocks
+    if chunk is not None:
+        monkeypatch.setattr(word2vec, "CHUNK", chunk)
+    step_of = word2vec.sparse_step if path == "compiled" else word2vec._tensor_sparse_step
     model = _model()
     g = torch.Generator().manual_seed(3)
     batches = []
@@ -39,7 +48,7 @@ def test_the_sparse_gradient_equals_autograd_on_the_dense_tables(shared: bool, c
         batches.append(
             PairBatch(torch.randint(0, 10, (b,), generator=g), torch.randint(0, 30, (b,), generator=g), negatives)
         )
-    step = sparse_step(model, batches)
+    step = step_of(model, batches)
 
     u, v = model.input.detach().clone().requires_grad_(), model.output.detach().clone().requires_grad_()
     losses = [pair_losses(u[b.centers], v[b.contexts], v[b.negatives]) for b in batches]
@@ -54,6 +63,45 @@ def test_the_sparse_gradient_equals_autograd_on_the_dense_tables(shared: bool, c
         untouched = torch.ones(len(dense), dtype=torch.bool)
         untouched[rows] = False
         assert float(dense[untouched].abs().max()) == 0.0  # the rows left out carry no gradient
+    assert step_of(model, batches, grad=False).loss == pytest.approx(loss.item(), rel=1e-12)
+
+
+def test_the_compiled_step_in_float32_matches_the_tensor_path() -> None:
+    """The tables train in float32: the compiled loop (float64 sums) and the tensor path agree."""
+    from fedtopic_pipelines.core.models import word2vec
+
+    model = _model(vocab=200, dim=32).float()
+    g = torch.Generator().manual_seed(4)
+    batch = PairBatch(
+        torch.randint(0, 200, (300,), generator=g),
+        torch.randint(0, 200, (300,), generator=g),
+        torch.randint(0, 200, (300, 5), generator=g),
+    )
+    compiled, tensors = sparse_step(model, [batch]), word2vec._tensor_sparse_step(model, [batch])
+    assert compiled.loss == pytest.approx(tensors.loss, rel=1e-6)
+    for name in ("input", "output"):
+        assert torch.equal(compiled.rows[name], tensors.rows[name])
+        assert torch.allclose(compiled.values[name], tensors.values[name], rtol=1e-4, atol=1e-7)
+
+
+def test_the_alias_sampler_draws_each_word_with_its_probability() -> None:
+    probabilities = torch.tensor([0.5, 0.0, 0.2, 0.25, 0.05])
+    sampler = NoiseSampler(probabilities)
+    draws = sampler.draw((200_000,), torch.Generator().manual_seed(0))
+    frequencies = torch.bincount(draws, minlength=5).double() / len(draws)
+    assert frequencies[1] == 0  # a word of probability 0 is never drawn
+    assert frequencies.tolist() == pytest.approx(probabilities.tolist(), abs=0.004)  # 4 standard errors
+    again = sampler.draw((7, 5), torch.Generator().manual_seed(0))
+    assert again.shape == (7, 5) and torch.equal(again.reshape(-1), draws[:35])  # seeded: the same stream
+
+
+def test_the_alias_sampler_follows_a_long_tailed_distribution() -> None:
+    noise = noise_distribution(1.0 / np.arange(1, 5001), 0.75)
+    draws = NoiseSampler(noise).draw((400_000,), torch.Generator().manual_seed(1))
+    frequencies = torch.bincount(draws, minlength=5000).double() / len(draws)
+    assert frequencies[:5].tolist() == pytest.approx(noise[:5].tolist(), rel=0.03)
+    head = float(noise[:100].sum())
+    assert float(frequencies[:100].sum()) == pytest.approx(head, abs=0.004)
 
 
 def test_pairs_stay_within_the_window_and_the_document() -> None:

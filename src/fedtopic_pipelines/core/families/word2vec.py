@@ -31,6 +31,7 @@ from fedtopic_pipelines.core.federated.family import LocalStep
 from fedtopic_pipelines.core.federated.messages import UpdateKind
 from fedtopic_pipelines.core.federated.strategies import SparseRowsSGD
 from fedtopic_pipelines.core.models.word2vec import (
+    NoiseSampler,
     PairBatch,
     SkipGram,
     keep_probabilities,
@@ -178,7 +179,7 @@ class PairStream:
         self.seed = seed
         self.device = device
         self.keep = keep_probabilities(data.frequencies, model.subsample) if model.subsample > 0 else None
-        self.noise = noise_distribution(data.frequencies, model.noise_power)
+        self.noise = NoiseSampler(noise_distribution(data.frequencies, model.noise_power))
         self.generators = [
             torch.Generator(device="cpu").manual_seed(derive_seed(seed, 1, g)) for g in range(ghosts or 1)
         ]
@@ -239,9 +240,7 @@ class PairStream:
 
     def _negatives(self, generator: torch.Generator, pairs: int) -> torch.Tensor:
         k = self.model.negatives
-        if self.model.negative_sharing == "batch":
-            return torch.multinomial(self.noise, k, replacement=True, generator=generator)
-        return torch.multinomial(self.noise, pairs * k, replacement=True, generator=generator).reshape(pairs, k)
+        return self.noise.draw((k,) if self.model.negative_sharing == "batch" else (pairs, k), generator)
 
     def next_batches(self) -> list[PairBatch]:
         batches = []
@@ -331,7 +330,7 @@ class Word2VecFamily(SequenceData):
             return math.nan, 0
         order = rng.permutation(len(centres))[: config.validation_pairs]
         centres, contexts = centres[order], contexts[order]
-        noise = noise_distribution(data.frequencies, config.noise_power)
+        noise = NoiseSampler(noise_distribution(data.frequencies, config.noise_power))
         generator = torch.Generator().manual_seed(derive_seed(seed, 13))
         device = model.input.device
         total = 0.0
@@ -342,7 +341,7 @@ class Word2VecFamily(SequenceData):
                 o = torch.from_numpy(contexts[start : start + size])
                 k = config.negatives
                 shape = (k,) if config.negative_sharing == "batch" else (len(c), k)
-                n = torch.multinomial(noise, math.prod(shape), replacement=True, generator=generator).reshape(shape)
+                n = noise.draw(shape, generator)
                 batch = PairBatch(c.to(device), o.to(device), n.to(device))
                 total += sparse_step(model, [batch], grad=False).loss * len(c)
         return total / len(centres), data.shape[0]

@@ -20,9 +20,11 @@ import numbers
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
+from fedtopic_pipelines.core.rows import add_rows, distinct_positions
 
 
 class UpdateRejected(ValueError):
@@ -108,7 +110,8 @@ def check_metrics(client_id: str, metrics: object, names: Collection[str] | None
 def check_sparse_rows(
     client_id: str, tensors: Mapping[str, object], rows: Mapping[str, object], specs: Mapping[str, TensorSpec]
 ) -> None:
-    """Row-indexed values: each named tensor has int64 row indices, in range and without duplicates."""
+    """Row-indexed values: each named tensor has int64 row indices, in range and strictly
+    increasing (sorted, so a row cannot repeat)."""
     unknown = sorted(set(tensors) - set(specs), key=str)
     if unknown:
         raise UpdateRejected(client_id, f"sparse rows of unknown tensors {unknown}")
@@ -126,8 +129,8 @@ def check_sparse_rows(
                 client_id,
                 f"row indices of '{name}' must lie in [0, {spec.shape[0]}), got {int(index.min())}..{int(index.max())}",
             )
-        if int(torch.unique(index).numel()) != n:
-            raise UpdateRejected(client_id, f"row indices of '{name}' repeat a row")
+        if n > 1 and not bool((index[1:] > index[:-1]).all()):  # linear: a sort-based test took 0.8 ms an update
+            raise UpdateRejected(client_id, f"row indices of '{name}' must increase: sorted, and no repeat of a row")
 
 
 def validate_update(
@@ -239,13 +242,27 @@ def sparse_row_mean(
             for u, w in zip(updates, weights, strict=True)
             if name in u.tensors
         ]
-        rows, inverse = torch.unique(torch.cat([r for r, _, _ in parts]), return_inverse=True)
+        index = torch.cat([r for r, _, _ in parts]).numpy()
         values = parts[0][1]
-        acc = values.new_zeros((rows.numel(), *values.shape[1:]))
+        if values.device.type != "cpu" or not len(index):
+            rows, inverse = torch.unique(torch.from_numpy(index), return_inverse=True)
+            acc = values.new_zeros((rows.numel(), *values.shape[1:]))
+            offset = 0
+            for part, value, weight in parts:
+                n = part.numel()
+                acc.index_add_(0, inverse[offset : offset + n].to(values.device), value, alpha=weight / total_weight)
+                offset += n
+            out[name] = (rows, acc)
+            continue
+        # on the CPU: the touched rows by marking, the sum by a compiled loop (core/rows.py)
+        rows_np, inverse_np = distinct_positions(index, int(index.max()) + 1)
+        acc_np = np.zeros((len(rows_np), *values.shape[1:]), dtype=values.numpy().dtype)
+        flat = acc_np.reshape(len(rows_np), -1)
         offset = 0
-        for index, value, weight in parts:
-            n = index.numel()
-            acc.index_add_(0, inverse[offset : offset + n], value, alpha=weight / total_weight)
+        for part, value, weight in parts:
+            n = part.numel()
+            add_rows(flat, inverse_np[offset : offset + n], value.reshape(n, -1).numpy(), weight / total_weight)
             offset += n
+        rows, acc = torch.from_numpy(rows_np), torch.from_numpy(acc_np)
         out[name] = (rows, acc)
     return out

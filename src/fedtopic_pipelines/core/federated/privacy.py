@@ -191,7 +191,7 @@ class Screen:
         counts = [float(u.num_examples) for u in updates]
         kind = updates[0].kind
         reference = strategy.parameters() if kind is UpdateKind.WEIGHTS else None
-        norms = update_norms([_delta(u.tensors, reference) for u in updates])
+        norms = update_norms([_delta(u.tensors, reference) for u in updates], exact=False)
         measures = [("its example count", counts, False)]
         if kind is UpdateKind.STATISTICS:  # sums over documents: compared per document
             per_document = [x / n for x, n in zip(norms, counts, strict=True)]

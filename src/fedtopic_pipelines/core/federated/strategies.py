@@ -33,6 +33,7 @@ from fedtopic_pipelines.core.federated.pooled import (
     grad_names,
     sum_names,
 )
+from fedtopic_pipelines.core.rows import add_rows
 
 
 class Strategy(Protocol):
@@ -393,21 +394,39 @@ class SparseRowsSGD(FedSGD):
 
     def aggregate(self, updates: list[Update], measure: bool) -> dict[str, float]:
         weights = [u.num_examples for u in updates]
-        scale = float(sum(weights)) if self.reduction == "sum" else 1.0
-        rows = sparse_row_mean(updates, weights)
-        self.optimizer.zero_grad(set_to_none=True)
-        for name, param in self.params.items():
-            if name not in rows:
-                continue
-            index, mean = rows[name]
-            values = (mean * scale if scale != 1.0 else mean).to(param.device)
-            param.grad = torch.sparse_coo_tensor(
-                index.to(param.device)[None], values, tuple(param.shape), is_coalesced=True, check_invariants=False
-            )
-        self.optimizer.step()
+        total_weight = float(sum(weights))
+        scale = total_weight if self.reduction == "sum" else 1.0
+        rate = self._plain_sgd_rate()
+        if rate is not None:
+            # plain SGD: param[rows] -= lr scale (n_c / n) g_c for each client c, one compiled loop
+            # per update and no mean materialised (torch's sparse SGD took 0.7 ms a tensor a round)
+            for update, weight in zip(updates, weights, strict=True):
+                for name, value in update.tensors.items():
+                    table = self.params[name].detach().numpy()
+                    index = update.row_indices[name].numpy()
+                    add_rows(table, index, value.reshape(len(index), -1).numpy(), -rate * scale * weight / total_weight)
+        else:
+            rows = sparse_row_mean(updates, weights)
+            self.optimizer.zero_grad(set_to_none=True)
+            for name, param in self.params.items():
+                if name not in rows:
+                    continue
+                index, mean = rows[name]
+                values = (mean * scale if scale != 1.0 else mean).to(param.device)
+                param.grad = torch.sparse_coo_tensor(
+                    index.to(param.device)[None], values, tuple(param.shape), is_coalesced=True, check_invariants=False
+                )
+            self.optimizer.step()
         sent = sum(u.nbytes for u in updates)
         dense = self.dense_bytes * len(updates)
         return {"bytes_sent": float(sent), "bytes_dense": float(dense), "bytes_ratio": dense / max(sent, 1)}
+
+    def _plain_sgd_rate(self) -> float | None:
+        """The learning rate when the optimizer is plain SGD on CPU tables (its step is then one
+        scaled addition on the rows), else None."""
+        if type(self.optimizer) is not torch.optim.SGD or any(p.device.type != "cpu" for p in self.params.values()):
+            return None
+        return float(self.optimizer.param_groups[0]["lr"])
 
 
 # Flower 1.42's defaults for its FedOpt strategies (flwr.serverapp.strategy): eta and beta_1.
