@@ -94,6 +94,12 @@ def test_the_pipeline_trains_every_scenario_and_scores_each_model(chain) -> None
     assert {"federated.loss", "federated.bytes_ratio", "federated.validation_loss"} <= set(
         out["word2vec_training_mlflow"]
     )
+    # speed in one unit for every model: ours from its timed rounds, gensim's from its own clock
+    for name in models:
+        assert history[name]["words_per_second"] > 0
+        logged = out["word2vec_training_mlflow"][f"{name}.words_per_second"]
+        assert logged[0]["value"] == history[name]["words_per_second"]
+    assert mlflow["gensim.words_per_second"][0]["value"] == run["words_per_second"] > 0
     reports = {o: out[f"word2vec_report__{o}"] for o in ORGS}
     assert all(r["kept_documents"] > 0 for r in reports.values())
 

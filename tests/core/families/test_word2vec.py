@@ -133,3 +133,20 @@ def test_a_round_steps_only_the_touched_rows_and_reports_its_bytes() -> None:
     assert record.metrics["bytes_sent"] == update.nbytes
     assert record.metrics["bytes_dense"] == 2 * 40 * 8 * 4  # U and V, float32
     assert record.metrics["bytes_ratio"] == pytest.approx(2 * 40 * 8 * 4 / update.nbytes)
+
+
+def test_words_per_second_counts_the_passes_the_rounds_pairs_make_over_their_seconds() -> None:
+    from fedtopic_pipelines.core.families.word2vec import expected_pairs, words_per_second
+    from fedtopic_pipelines.core.federated.server import RoundRecord
+
+    config = _config()
+    data = list(word_sequences((30, 20), 40).values())
+    per_pass = sum(expected_pairs(d, config.model) for d in data)
+    tokens = sum(len(d.tokens) for d in data)
+    history = [
+        RoundRecord(1, {}, per_pass // 2, seconds=1.5),
+        RoundRecord(2, {}, per_pass - per_pass // 2, seconds=0.5),
+        RoundRecord(3, {}, 0, seconds=float("nan")),  # an untimed round counts no seconds
+    ]
+    assert words_per_second(history, data, config.model) == pytest.approx(tokens * 1.0 / 2.0)
+    assert words_per_second(history[2:], data, config.model) is None

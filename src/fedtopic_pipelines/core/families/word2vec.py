@@ -157,6 +157,18 @@ def expected_pairs(data: Sentences, model: Word2VecConfig) -> int:
     return int(total)
 
 
+def words_per_second(history: Sequence[Any], data: Sequence[Sentences], model: Word2VecConfig) -> float | None:
+    """A trained model's speed in gensim's unit: the pooled tokens times the passes its rounds'
+    pairs amount to (pairs over :func:`expected_pairs` of one pass), over the rounds' seconds
+    (each organisation's step, the server's, validation). None when no round was timed."""
+    seconds = sum(r.seconds for r in history if math.isfinite(r.seconds))
+    pairs_per_pass = sum(expected_pairs(d, model) for d in data)
+    if seconds <= 0 or pairs_per_pass <= 0:
+        return None
+    passes = sum(r.num_examples for r in history) / pairs_per_pass
+    return sum(len(d.tokens) for d in data) * passes / seconds
+
+
 class PairStream:
     """An organisation's (or, with ``ghosts``, the pooled corpus's) endless stream of pairs:
     seeded epochs of shuffled documents, cut into chunks of about :data:`CHUNK_TOKENS` tokens

@@ -20,7 +20,12 @@ import numpy as np
 import pandas as pd
 
 from fedtopic_pipelines.core.config import Word2VecRunConfig, from_mapping
-from fedtopic_pipelines.core.families.word2vec import Sentences, gensim_reference, sentences_from_frames
+from fedtopic_pipelines.core.families.word2vec import (
+    Sentences,
+    gensim_reference,
+    sentences_from_frames,
+    words_per_second,
+)
 from fedtopic_pipelines.core.lineage import TokensHasher, require_same, vocabulary_fingerprint
 from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.shards import iter_frames
@@ -86,6 +91,11 @@ def train_word2vec(
             series = [{"value": r.metrics[metric], "step": r.round} for r in kept if metric in r.metrics]
             if series:
                 mlflow[f"{name}.{metric}"] = series
+        speed = words_per_second(model.history, [data[o] for o in model.organisations], config.model)
+        if speed is not None:
+            history[name]["words_per_second"] = speed
+            mlflow[f"{name}.words_per_second"] = [{"value": speed, "step": 0}]
+            logger.info("word2vec %s: %.0f words/s over %d rounds", name, speed, len(model.history))
         validated = [r for r in model.history if r.validation_loss is not None]
         if validated:
             mlflow[f"{name}.validation_loss"] = [{"value": r.validation_loss, "step": r.round} for r in validated]
@@ -178,6 +188,9 @@ def evaluate_word_vectors(
         for key, value in result.get("metrics", {}).items():
             if isinstance(value, int | float) and math.isfinite(value):
                 mlflow[f"{name}.{key}"] = [{"value": float(value), "step": 0}]
+        speed = about.get("run", {}).get("words_per_second")
+        if speed:  # the reference's, beside ours (train_word2vec logs each model's)
+            mlflow[f"{name}.words_per_second"] = [{"value": float(speed), "step": 0}]
         logger.info("word2vec %s: %s", name, _headline(result.get("metrics", {})))
     return scores, vectors, figures, mlflow
 
