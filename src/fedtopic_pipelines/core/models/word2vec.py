@@ -160,20 +160,18 @@ def sparse_step(model: SkipGram, batches: list[PairBatch], grad: bool = True) ->
     du = np.zeros((len(rows_in) if grad else 0, dim), dtype=u_table.dtype)
     dv = np.zeros((len(rows_out) if grad else 0, dim), dtype=v_table.dtype)
     total, start_c, start_t = 0.0, 0, 0
-    one = u_table.dtype.type(1)
+    n_pairs = len(inv_in)
+    one, per_pair = u_table.dtype.type(1), u_table.dtype.type(1 / max(n_pairs, 1))  # the mean's weight
     for c, o, n in zip(centres, contexts, negatives, strict=True):
         b, k = len(c), n.size
         ic = inv_in[start_c : start_c + b]
         io = inv_out[start_t : start_t + b]
         ineg = inv_out[start_t + b : start_t + b + k].reshape(n.shape)
         start_c, start_t = start_c + b, start_t + b + k
-        total += _pair_kernel(u_table, v_table, c, o, n, ic, io, ineg, du, dv, grad, one)
-    n_pairs = len(inv_in)
+        total += _pair_kernel(u_table, v_table, c, o, n, ic, io, ineg, du, dv, grad, one, per_pair)
     loss = total / n_pairs
     if not grad:
         return SparseGradient({}, {}, loss, n_pairs)
-    du /= n_pairs
-    dv /= n_pairs
     return SparseGradient(
         {"input": torch.from_numpy(rows_in), "output": torch.from_numpy(rows_out)},
         {"input": torch.from_numpy(du), "output": torch.from_numpy(dv)},
@@ -198,9 +196,11 @@ def _pair_kernel(
     dv: np.ndarray,
     grad: bool,
     one: np.floating,
+    weight: np.floating,
 ) -> float:
-    """The summed loss of one batch's pairs and, with ``grad``, its gradient added into ``du``
-    (rows ``ic``) and ``dv`` (rows ``io`` for contexts, ``ineg`` for negatives).
+    """The summed loss of one batch's pairs and, with ``grad``, the gradient of ``weight`` times
+    it added into ``du`` (rows ``ic``) and ``dv`` (rows ``io`` for contexts, ``ineg`` for
+    negatives); ``weight`` 1 / pairs gives the mean's gradient without another pass over the rows.
 
     ``negatives`` is (B, K), or (1, K) shared by every pair. Each pair costs
     softplus(-u.v) + sum_k softplus(u.n_k); the derivative of softplus is sigma. Arithmetic
@@ -225,7 +225,7 @@ def _pair_kernel(
             total += max(x, 0 * one) + np.log1p(e)
             sigma = one / (one + e) if x > 0 else e / (one + e)
             if grad:
-                g = -sigma if j == 0 else sigma
+                g = (-sigma if j == 0 else sigma) * weight
                 dv_row = dv[io[i] if j == 0 else ineg[row, j - 1]]
                 for d in range(dim):
                     du_row[d] += g * vw[d]
