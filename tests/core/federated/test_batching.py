@@ -77,3 +77,30 @@ def test_a_ghost_source_rebuilt_from_its_state_continues_the_same_stream() -> No
         for (x, nx), (y, ny) in zip(a.next_batches(), b.next_batches(), strict=True):
             assert torch.equal(x.to_dense(), y.to_dense())
             assert torch.equal(torch.rand(3, generator=nx), torch.rand(3, generator=ny))
+
+
+def test_a_batch_gathers_the_rows_scipy_would() -> None:
+    """The CSR gather equals scipy's row indexing, for rows in any order, repeated, or empty,
+    and for a matrix whose column indices were not sorted."""
+    import scipy.sparse as sp
+
+    from fedtopic_pipelines.core.federated.batching import _sparse
+
+    matrix = sp.random(9, 7, density=0.4, format="csr", random_state=0, dtype=np.float32)
+    matrix[4] = 0  # an empty row
+    matrix.eliminate_zeros()
+    shuffled = matrix.copy()
+    for r in range(shuffled.shape[0]):  # the same matrix with each row's entries reversed
+        a, b = shuffled.indptr[r], shuffled.indptr[r + 1]
+        shuffled.indices[a:b] = shuffled.indices[a:b][::-1].copy()
+        shuffled.data[a:b] = shuffled.data[a:b][::-1].copy()
+    shuffled.has_sorted_indices = False
+    rows = np.array([8, 4, 0, 3, 3, 1])
+    for source in (matrix, shuffled):
+        batch = _sparse(source, rows, torch.device("cpu"))
+        assert batch.layout == torch.sparse_csr and batch.shape == (6, 7)
+        assert np.array_equal(batch.to_dense().numpy(), matrix[rows].toarray())
+        assert all(
+            np.all(np.diff(batch.col_indices().numpy()[a:b]) > 0)
+            for a, b in zip(batch.crow_indices()[:-1], batch.crow_indices()[1:], strict=True)
+        )

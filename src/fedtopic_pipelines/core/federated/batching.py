@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import torch
 
 from fedtopic_pipelines.core.models.ctm import ContextualBatch
-from fedtopic_pipelines.core.models.prodlda import csr_tensor
+from fedtopic_pipelines.core.models.prodlda import csr_from_arrays
 from fedtopic_pipelines.core.seeds import derive_seed
 
 
@@ -73,8 +73,16 @@ class EpochSampler:
 
 def _sparse(matrix: sp.csr_matrix, rows: np.ndarray, device: torch.device) -> torch.Tensor:
     """The rows as a torch sparse CSR tensor: the model's input layer and reconstruction term
-    skip the zeros of a bag of words (about 98 % of it)."""
-    return csr_tensor(matrix[rows], device)
+    skip the zeros of a bag of words (about 98 % of it). Gathered from the CSR arrays with
+    numpy: scipy's row indexing took 0.4 ms of a 32-document batch's 4 ms step."""
+    if not matrix.has_sorted_indices:
+        matrix.sort_indices()
+    starts = matrix.indptr[rows].astype(np.int64)
+    lengths = matrix.indptr[np.asarray(rows) + 1] - starts
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    take = np.arange(indptr[-1], dtype=np.int64) + np.repeat(starts - indptr[:-1], lengths)
+    return csr_from_arrays(indptr, matrix.indices[take], matrix.data[take], (len(rows), matrix.shape[1]), device)
 
 
 def _rows(matrix: sp.csr_matrix, embeddings: np.ndarray | None, rows: np.ndarray, device: torch.device):

@@ -208,13 +208,20 @@ def csr_tensor(matrix: sp.csr_matrix, device: torch.device | str = "cpu") -> tor
     and what evaluation's completion perplexity gathers the held-out words' probabilities from."""
     matrix = matrix.tocsr()
     matrix.sort_indices()
+    return csr_from_arrays(matrix.indptr, matrix.indices, matrix.data, matrix.shape, device)
+
+
+def csr_from_arrays(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, shape: tuple[int, int], device: torch.device | str
+) -> torch.Tensor:
+    """A torch sparse CSR tensor from CSR arrays (indices sorted within each row)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)", category=UserWarning)
         return torch.sparse_csr_tensor(
-            torch.from_numpy(matrix.indptr.astype(np.int64)),
-            torch.from_numpy(matrix.indices.astype(np.int64)),
-            torch.from_numpy(matrix.data),
-            size=matrix.shape,
+            torch.from_numpy(indptr.astype(np.int64, copy=False)),
+            torch.from_numpy(indices.astype(np.int64, copy=False)),
+            torch.from_numpy(data),
+            size=shape,
             device=device,
         )
 
