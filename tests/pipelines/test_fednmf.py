@@ -100,6 +100,18 @@ def test_the_tables_figures_claims_and_mlflow_runs_follow_the_paper(chain) -> No
         "fednmf_mi_beats_fedlda",
         "federated_approaches_centralized_as_alpha_grows",
     }
+    assert metrics["repeats"] == 1
+    for name in ("mi_improves_centralized_f1",):  # one repeat: the verdict is the sign, its noise not estimated
+        claim = metrics["claims"][name]
+        assert claim["noise"] == "not estimated" and claim["verdict"] == ("holds" if claim["holds"] else "fails")
+    federated = metrics["claims"]["mi_improves_federated_f1"]
+    assert sorted(federated["holds_for"] + federated["fails_for"]) == sorted(federated["f1"])
+    assert federated["within_noise_for"] == []
+    # Fig. 3's curves say whether each federated method still moved over its last interval
+    converged = metrics["curves_converged"]
+    assert set(converged) == set(curves["method"])
+    for method, facts in converged.items():
+        assert facts["converged"] == (abs(facts["macro_f1"][1] - facts["macro_f1"][0]) <= 0.01), method
     trend = metrics["claims"]["federated_approaches_centralized_as_alpha_grows"]["accuracy_by_alpha"]["fedavg"]
     at_k3 = heterogeneity[(heterogeneity["method"] == "fedavg") & (heterogeneity["clients"] == 3)]
     assert trend == dict(zip(at_k3["alpha"], at_k3["accuracy"], strict=True))  # the alpha trend at the corpus's K
@@ -191,3 +203,72 @@ def test_each_federated_method_reports_who_took_part_in_which_round(chain) -> No
     nested = {r["name"]: r["metrics"] for r in chain["fednmf_mlflow_runs"]["runs"]}
     federated -= exact
     assert all(nested[key]["left_out"] == 4 for key in federated) and "left_out" not in nested["nmf-3"]
+
+
+REPEATED = {
+    **FEDNMF,
+    "topics": [3],
+    "methods": ["nmf_sgd", "nmf_sgd_mi", "fedavg", "fedavg_mi", "fedlda"],
+    "repeats": 3,
+    "evaluate": {"curve_topics": None},
+    "heterogeneity": {"alphas": [], "clients": [], "methods": []},
+}
+
+
+@pytest.fixture(scope="module")
+def repeated():
+    from tests.conftest import make_tiny_raw_tables
+
+    inputs = {
+        **{f"clients.{o}.raw_documents": t for o, t in make_tiny_raw_tables().items()},
+        "params:preprocess": {"min_df": 2, "max_df": 0.9},
+        "params:vocab_consensus": {"top_n": 50, "min_count": 1, "merge": "union"},
+        "params:privacy": {"vocab_k": 1},
+        "params:train": {},
+        "params:evaluate": {},
+        "params:fednmf": REPEATED,
+        "params:organisations": ORGS,
+    }
+    upstream = run_slice(preprocess.create_pipeline(ORGS) + vocab_consensus.create_pipeline(ORGS), inputs)
+    return run_slice(fednmf.create_pipeline(ORGS), {**inputs, **upstream})
+
+
+def test_repeats_train_each_model_again_with_moved_seeds_and_the_claims_judge_their_spread(repeated) -> None:
+    runs = repeated["fednmf_tables"]["runs"]
+    assert sorted(set(zip(runs["method"], runs["repeat"], strict=True))) == sorted(
+        (m, r) for m in REPEATED["methods"] for r in range(3)
+    )
+    sgd = runs[runs["method"] == "nmf_sgd"].sort_values("repeat")
+    assert sgd["we_coherence"].nunique() > 1  # other seeds, other models
+    table = repeated["fednmf_tables"]["table4_classification"]
+    assert {"macro_f1_std", "accuracy_std"} <= set(table.columns)
+    row = table[table["method"] == "nmf_sgd"].iloc[0]
+    assert row["macro_f1"] == pytest.approx(sgd["macro_f1"].mean())
+    assert row["macro_f1_std"] == pytest.approx(sgd["macro_f1"].std(ddof=1))
+    claims = repeated["fednmf_metrics"]["claims"]
+    centralized = claims["mi_improves_centralized_f1"]
+    assert centralized["repeats"] == 3 and centralized["standard_error"] >= 0
+    assert centralized["verdict"] in ("holds", "fails", "within noise")
+    federated = claims["mi_improves_federated_f1"]
+    assert sum(len(federated[k]) for k in ("holds_for", "fails_for", "within_noise_for")) == 1
+    names = {r["name"] for r in repeated["fednmf_mlflow_runs"]["runs"]}
+    assert {"nmf_sgd-3", "nmf_sgd-3-r1", "nmf_sgd-3-r2"} <= names  # one MLflow run per model, repeats apart
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "verdict"),
+    [
+        ([0.50, 0.52, 0.51], [0.60, 0.61, 0.62], "holds"),  # 0.10 better, spread 0.01
+        ([0.60, 0.61, 0.62], [0.50, 0.52, 0.51], "fails"),
+        ([0.50, 0.60, 0.40], [0.55, 0.45, 0.52], "within noise"),  # +0.05, -0.15, +0.12
+        ([0.5, 0.5], [0.5, 0.5], "within noise"),  # no difference at all
+        ([0.50], [0.51], "holds"),  # one repeat: the sign, noise not estimated
+    ],
+)
+def test_a_claim_is_within_noise_when_its_mean_difference_is_under_two_standard_errors(before, after, verdict) -> None:
+    from fedtopic_pipelines.pipelines.fednmf.nodes import judge
+
+    result = judge(before, after)
+    assert result["verdict"] == verdict
+    assert result["repeats"] == len(before)
+    assert ("noise" in result) == (len(before) == 1)

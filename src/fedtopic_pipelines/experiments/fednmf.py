@@ -138,6 +138,11 @@ class MethodResult:
     curve: list[dict[str, float]] = field(default_factory=list)  # Fig. 3's points: key, round, bytes
     models: dict[str, Fitted] = field(default_factory=dict)  # the model and its curve's snapshots, by key
     participation: dict[str, Any] | None = None  # a federated method's: who took part in each round, who not, why
+    repeat: int = 0  # which of ``fednmf.repeats`` (its training seeds moved by it)
+
+    @property
+    def key(self) -> str:
+        return model_key(self.method, self.topics, self.repeat)
 
     def row(self) -> dict[str, Any]:
         """The flat row of the sweep's tables; ``left_out``: organisation-rounds left out (federated methods)."""
@@ -147,6 +152,7 @@ class MethodResult:
         return {
             "method": self.method,
             "topics": self.topics,
+            "repeat": self.repeat,
             **self.scores,
             "seconds": self.seconds,
             "rounds": self.rounds,
@@ -372,9 +378,11 @@ def run_method(
     vectors: Any,
     curve: bool = False,
     progress: bool = True,
+    repeat: int = 0,
 ) -> MethodResult:
     """Train ``method`` at ``topics`` topics on ``train`` (organisation -> training counts); score
-    what the server can score (WE coherence; with ``evaluation``, the paper's pooled SVM)."""
+    what the server can score (WE coherence; with ``evaluation``, the paper's pooled SVM).
+    ``repeat``: which repeat ``run`` (already moved to its seeds) is, for the model's key."""
     terms = vocabulary["term"].tolist()
     start = time.perf_counter()
     if method in ("lda", "fedlda"):
@@ -387,7 +395,7 @@ def run_method(
         model, facts = train_nmf(method, run, topics, train, vocabulary, curve, progress)
         fitted = Fitted("nmf_sgd", model, model.topic_word().numpy())
     seconds = time.perf_counter() - start
-    key = model_key(method, topics)
+    key = model_key(method, topics, repeat)
     snapshots = {
         f"{key}@{int(p['round'])}": Fitted("nmf_sgd", p["model"], p["model"].topic_word().numpy())
         for p in facts["curve"]
@@ -414,6 +422,7 @@ def run_method(
         points,
         {key: fitted, **snapshots},
         facts.get("participation"),
+        repeat,
     )
 
 
@@ -421,9 +430,10 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def model_key(method: str, topics: int) -> str:
-    """A model's name in the sweep's tables and the organisations' scores: ``<method>-<topics>``."""
-    return f"{method}-{topics}"
+def model_key(method: str, topics: int, repeat: int = 0) -> str:
+    """A model's name in the sweep's tables and the organisations' scores: ``<method>-<topics>``,
+    and ``<method>-<topics>-r<repeat>`` for the repeats after the first."""
+    return f"{method}-{topics}" if repeat == 0 else f"{method}-{topics}-r{repeat}"
 
 
 def run_sweep(
@@ -433,16 +443,21 @@ def run_sweep(
     vectors: Any,
     progress: bool = True,
 ) -> list[MethodResult]:
-    """Every method at every number of topics trained on the organisations' training documents
-    (Tables III-IV, Fig. 2, and Fig. 3's snapshots at ``curve_topics``), the paper's pooled SVM
-    on all their documents beside; each result holds its models for the organisations' scores."""
+    """Every method at every number of topics, ``repeats`` times, trained on the organisations'
+    training documents (Tables III-IV, Fig. 2, and Fig. 3's snapshots at ``curve_topics`` in the
+    first repeat), the paper's pooled SVM on all their documents beside (the same documents in
+    every repeat); each result holds its models for the organisations' scores."""
     train = {org: bow.subset("train").matrix for org, bow in organisations.items()}
     evaluation = Evaluation.of(organisations, run.evaluate.max_documents, run.seed)
-    settings = [(k, m) for k in run.topics for m in run.methods]
+    settings = [(r, k, m) for r in range(run.repeats) for k in run.topics for m in run.methods]
     results = []
-    for topics, method in tqdm(settings, desc="fednmf sweep", disable=not progress):
-        curve = topics == run.evaluate.curve_topics and trained_federated(method)
-        results.append(run_method(method, run, topics, train, vocabulary, evaluation, vectors, curve, progress))
+    for repeat, topics, method in tqdm(settings, desc="fednmf sweep", disable=not progress):
+        curve = repeat == 0 and topics == run.evaluate.curve_topics and trained_federated(method)
+        results.append(
+            run_method(
+                method, run.repeat(repeat), topics, train, vocabulary, evaluation, vectors, curve, progress, repeat
+            )
+        )
     return results
 
 

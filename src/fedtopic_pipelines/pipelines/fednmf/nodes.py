@@ -101,7 +101,7 @@ def run_fednmf(
     candidates = CoherenceCandidates.from_topics(t for topics in top.values() for t in topics)
     rows = []
     for r in results:
-        key = model_key(r.method, r.topics)
+        key = r.key
         rows.append({**r.row(), "key": key, "top_words": top[key]})
     sweep = {
         "organisations": list(organisations),
@@ -113,9 +113,7 @@ def run_fednmf(
         "heterogeneity": heterogeneity,
         "candidates": candidates.to_dict(),
         "top_words": top,
-        "participation": {
-            model_key(r.method, r.topics): r.participation for r in results if r.participation is not None
-        },
+        "participation": {r.key: r.participation for r in results if r.participation is not None},
     }
     return sweep, models
 
@@ -196,27 +194,39 @@ def summarise_fednmf(
     sums = _organisation_sums(sweep, organisations, evaluations)
     runs = _scored(sweep["results"], sums)
     columns = ("we_coherence", "npmi", "macro_f1", "accuracy", "paper_pooled_macro_f1", "paper_pooled_accuracy")
+    repeats = _per_repeat(runs, columns)
     summary = pd.DataFrame(
         [
-            {"method": m, **{key: _mean(part[key].tolist()) for key in (*columns, "seconds", "bytes") if key in part}}
+            {
+                "method": m,
+                **{key: _mean(part[key].tolist()) for key in (*columns, "seconds", "bytes") if key in part},
+                **({f"{key}_std": _std(repeats[m].get(key, [])) for key in columns} if run.repeats > 1 else {}),
+            }
             for m, part in runs.groupby("method", sort=False)
         ]
     )
     paper = [c for c in ("paper_pooled_macro_f1", "paper_pooled_accuracy") if c in summary]
+
+    def spread(keys: tuple[str, ...]) -> list[str]:  # the repeats' standard deviations, when there are repeats
+        return [f"{k}_std" for k in keys if f"{k}_std" in summary]
+
     tables = {
         "runs": runs,
-        "table3_coherence": summary[["method", "we_coherence", "npmi"]],
-        "table4_classification": summary[["method", "macro_f1", "accuracy", *paper]],
+        "table3_coherence": summary[["method", "we_coherence", "npmi", *spread(("we_coherence", "npmi"))]],
+        "table4_classification": summary[["method", "macro_f1", "accuracy", *paper, *spread(("macro_f1", "accuracy"))]],
         "curves": _scored(sweep["curves"], sums) if sweep["curves"] else pd.DataFrame(),
         "heterogeneity": _scored(sweep["heterogeneity"], sums) if sweep["heterogeneity"] else pd.DataFrame(),
     }
     by_method = {row["method"]: row for row in summary.to_dict("records")}
+    f1_by_repeat = {m: values.get("macro_f1", []) for m, values in repeats.items()}
     metrics = {
         "organisations": organisations,
         "topics": list(run.topics),
+        "repeats": run.repeats,
         "table3": {m: {"we_coherence": r["we_coherence"], "npmi": r["npmi"]} for m, r in by_method.items()},
         "table4": {m: {k: r[k] for k in ("macro_f1", "accuracy", *paper)} for m, r in by_method.items()},
-        "claims": _claims(by_method, tables["heterogeneity"], len(organisations)),
+        "claims": _claims(by_method, f1_by_repeat, tables["heterogeneity"], len(organisations)),
+        "curves_converged": _converged(tables["curves"], run.evaluate.curve_tolerance),
         "participation": sweep.get("participation", {}),  # per federated model: who took part, who not, why
     }
     for name, claim in metrics["claims"].items():
@@ -235,13 +245,18 @@ def _figures(tables: dict[str, pd.DataFrame], organisations: int) -> dict[str, p
 
 
 def _mlflow_runs(runs: pd.DataFrame, tables: dict[str, pd.DataFrame], figures: dict[str, plt.Figure]) -> dict[str, Any]:
-    """One nested MLflow run per method and number of topics; the tables and figures on the parent."""
+    """One nested MLflow run per method, number of topics and repeat; the tables and figures on the parent."""
     keys = ("we_coherence", "npmi", "macro_f1", "accuracy", "paper_pooled_macro_f1", "paper_pooled_accuracy")
     return {
         "runs": [
             {
-                "name": model_key(r["method"], r["topics"]),
-                "params": {"method": r["method"], "topics": r["topics"], "rule": _rule_label(r["method"])},
+                "name": model_key(r["method"], r["topics"], int(r["repeat"])),
+                "params": {
+                    "method": r["method"],
+                    "topics": r["topics"],
+                    "repeat": int(r["repeat"]),
+                    "rule": _rule_label(r["method"]),
+                },
                 "metrics": {
                     k: float(r[k])
                     for k in (*keys, "seconds", "bytes", "rounds", "left_out")
@@ -255,36 +270,81 @@ def _mlflow_runs(runs: pd.DataFrame, tables: dict[str, pd.DataFrame], figures: d
     }
 
 
+def _per_repeat(runs: pd.DataFrame, columns: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
+    """Each method's mean over its numbers of topics in each repeat, by measure, in repeat order."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for (method, _), part in runs.sort_values("repeat").groupby(["method", "repeat"], sort=False):
+        for key in columns:
+            if key in part:
+                value = _mean(part[key].tolist())
+                if value is not None:
+                    out.setdefault(method, {}).setdefault(key, []).append(value)
+    return out
+
+
+def _std(values: list[float]) -> float | None:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+
+
+NOISE_ERRORS = 2.0  # a mean paired difference within this many standard errors is noise
+
+
+def judge(before: list[float], after: list[float]) -> dict[str, Any]:
+    """Whether ``after`` is above ``before``, judged on their paired repeats: the mean difference,
+    its standard error, and the verdict: ``holds`` or ``fails`` beyond ``NOISE_ERRORS`` standard
+    errors, else ``within noise``. One repeat gives no noise estimate: its verdict is the sign."""
+    differences = [b - a for a, b in zip(before, after, strict=True)]
+    mean = float(np.mean(differences))
+    if len(differences) < 2:
+        return {"difference": mean, "repeats": 1, "verdict": "holds" if mean > 0 else "fails", "noise": "not estimated"}
+    error = float(np.std(differences, ddof=1) / math.sqrt(len(differences)))
+    verdict = "within noise" if abs(mean) <= NOISE_ERRORS * error else ("holds" if mean > 0 else "fails")
+    return {"difference": mean, "standard_error": error, "repeats": len(differences), "verdict": verdict}
+
+
 def _claims(
-    by_method: Mapping[str, Mapping[str, Any]], heterogeneity: pd.DataFrame, organisations: int
+    by_method: Mapping[str, Mapping[str, Any]],
+    f1_by_repeat: Mapping[str, list[float]],
+    heterogeneity: pd.DataFrame,
+    organisations: int,
 ) -> dict[str, Any]:
-    """Seed 004's three claims (sec. IV-E), each with the numbers it was judged on (None: not run);
-    the alpha trend at the corpus's number of organisations (the sweep over K is at alpha 1)."""
+    """Seed 004's three claims (sec. IV-E), each with the numbers it was judged on (None: not run)
+    and a verdict over the repeats (:func:`judge`); the alpha trend at the corpus's number of
+    organisations (the sweep over K is at alpha 1, in the first repeat only)."""
 
     def f1(method: str) -> float | None:
         return by_method.get(method, {}).get("macro_f1")
 
+    def paired(a: str, b: str) -> bool:
+        return len(f1_by_repeat.get(a, [])) == len(f1_by_repeat.get(b, [])) > 0
+
+    def sort(judged: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        return {
+            f"{verdict.replace(' ', '_')}_for": [m for m, j in judged.items() if j["verdict"] == verdict]
+            for verdict in ("holds", "fails", "within noise")
+        }
+
     claims: dict[str, Any] = {}
-    if f1("nmf_sgd") is not None and f1("nmf_sgd_mi") is not None:
+    if paired("nmf_sgd", "nmf_sgd_mi"):
         claims["mi_improves_centralized_f1"] = {
             "holds": f1("nmf_sgd_mi") > f1("nmf_sgd"),
             "nmf_sgd": f1("nmf_sgd"),
             "nmf_sgd_mi": f1("nmf_sgd_mi"),
+            **judge(f1_by_repeat["nmf_sgd"], f1_by_repeat["nmf_sgd_mi"]),
         }
-    pairs = [(m, f"{m}_mi") for m in WEIGHT_RULES]
-    judged = {m: (f1(m), f1(mi)) for m, mi in pairs if f1(m) is not None and f1(mi) is not None}
+    judged = {m: judge(f1_by_repeat[m], f1_by_repeat[f"{m}_mi"]) for m in WEIGHT_RULES if paired(m, f"{m}_mi")}
     if judged:
         claims["mi_improves_federated_f1"] = {
-            "holds_for": [m for m, (a, b) in judged.items() if b > a],
-            "fails_for": [m for m, (a, b) in judged.items() if b <= a],
-            "f1": {m: {"without": a, "with_mi": b} for m, (a, b) in judged.items()},
+            **sort(judged),
+            "f1": {m: {"without": f1(m), "with_mi": f1(f"{m}_mi"), **j} for m, j in judged.items()},
         }
-    fed_mi = {m: f1(m) for m in FEDERATED_NMF_METHODS if m.endswith("_mi") and f1(m) is not None}
-    if f1("fedlda") is not None and fed_mi:
+    fed_mi = [m for m in FEDERATED_NMF_METHODS if m.endswith("_mi") and paired("fedlda", m)]
+    if fed_mi:
+        judged = {m: judge(f1_by_repeat["fedlda"], f1_by_repeat[m]) for m in fed_mi}
         claims["fednmf_mi_beats_fedlda"] = {
-            "holds_for": [m for m, v in fed_mi.items() if v > f1("fedlda")],
-            "fails_for": [m for m, v in fed_mi.items() if v <= f1("fedlda")],
+            **sort(judged),
             "fedlda": f1("fedlda"),
+            "f1": {m: {"f1": f1(m), **j} for m, j in judged.items()},
         }
     if len(heterogeneity) and f1("nmf_sgd") is not None:
         gaps = {}
@@ -296,10 +356,32 @@ def _claims(
         if gaps:
             claims["federated_approaches_centralized_as_alpha_grows"] = {
                 "holds_for": [m for m, g in gaps.items() if _rises(list(g.values()))],
+                "noise": "not estimated (the sweep over alpha runs in the first repeat only)",
                 "accuracy_by_alpha": gaps,
                 "centralized_accuracy": by_method.get("nmf_sgd", {}).get("accuracy"),
             }
     return claims
+
+
+def _converged(curves: pd.DataFrame, tolerance: float) -> dict[str, Any]:
+    """Per federated method of Fig. 3: its macro-F1 at the curve's last two rounds and whether it
+    moved by at most ``tolerance`` there (converged at the reported round) or not (still moving)."""
+    out: dict[str, Any] = {}
+    if not len(curves) or "macro_f1" not in curves:
+        return out
+    for method, part in curves.sort_values("round").groupby("method", sort=False):
+        f1 = [v for v in part["macro_f1"].tolist() if v is not None and math.isfinite(v)]
+        if len(f1) < 2:
+            continue
+        change = f1[-1] - f1[-2]
+        rounds = part["round"].tolist()
+        out[method] = {
+            "rounds": [int(rounds[-2]), int(rounds[-1])],
+            "macro_f1": [f1[-2], f1[-1]],
+            "change": change,
+            "converged": abs(change) <= tolerance,
+        }
+    return out
 
 
 def _rises(values: list[float]) -> bool:
