@@ -32,8 +32,8 @@ FEDNMF = {
 }
 
 
-@pytest.fixture(scope="module")
-def chain():
+def _run_fednmf(settings: dict) -> dict:
+    """The chain from the tiny corpus's raw tables through fednmf, with ``settings`` as its block."""
     from tests.conftest import make_tiny_raw_tables
 
     inputs = {
@@ -43,11 +43,16 @@ def chain():
         "params:privacy": {"vocab_k": 1},  # the vocabulary exchange reads it (plain: every term in the clear)
         "params:train": {},
         "params:evaluate": {},
-        "params:fednmf": FEDNMF,
+        "params:fednmf": settings,
         "params:organisations": ORGS,
     }
     upstream = run_slice(preprocess.create_pipeline(ORGS) + vocab_consensus.create_pipeline(ORGS), inputs)
     return run_slice(fednmf.create_pipeline(ORGS), {**inputs, **upstream})
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return _run_fednmf(FEDNMF)
 
 
 def test_every_method_at_every_number_of_topics_is_trained_and_scored(chain) -> None:
@@ -217,20 +222,7 @@ REPEATED = {
 
 @pytest.fixture(scope="module")
 def repeated():
-    from tests.conftest import make_tiny_raw_tables
-
-    inputs = {
-        **{f"clients.{o}.raw_documents": t for o, t in make_tiny_raw_tables().items()},
-        "params:preprocess": {"min_df": 2, "max_df": 0.9},
-        "params:vocab_consensus": {"top_n": 50, "min_count": 1, "merge": "union"},
-        "params:privacy": {"vocab_k": 1},
-        "params:train": {},
-        "params:evaluate": {},
-        "params:fednmf": REPEATED,
-        "params:organisations": ORGS,
-    }
-    upstream = run_slice(preprocess.create_pipeline(ORGS) + vocab_consensus.create_pipeline(ORGS), inputs)
-    return run_slice(fednmf.create_pipeline(ORGS), {**inputs, **upstream})
+    return _run_fednmf(REPEATED)
 
 
 def test_repeats_train_each_model_again_with_moved_seeds_and_the_claims_judge_their_spread(repeated) -> None:
