@@ -242,10 +242,10 @@ def sparse_row_mean(
             for u, w in zip(updates, weights, strict=True)
             if name in u.tensors
         ]
-        index = torch.cat([r for r, _, _ in parts]).numpy()
+        joined = torch.cat([r for r, _, _ in parts])
         values = parts[0][1]
-        if values.device.type != "cpu" or not len(index):
-            rows, inverse = torch.unique(torch.from_numpy(index), return_inverse=True)
+        if values.device.type != "cpu" or joined.device.type != "cpu" or not joined.numel():  # an accelerator's
+            rows, inverse = torch.unique(joined, return_inverse=True)
             acc = values.new_zeros((rows.numel(), *values.shape[1:]))
             offset = 0
             for part, value, weight in parts:
@@ -255,6 +255,7 @@ def sparse_row_mean(
             out[name] = (rows, acc)
             continue
         # on the CPU: the touched rows by marking, the sum by a compiled loop (core/rows.py)
+        index = joined.numpy()
         rows_np, inverse_np = distinct_positions(index, int(index.max()) + 1)
         acc_np = np.zeros((len(rows_np), *values.shape[1:]), dtype=values.numpy().dtype)
         flat = acc_np.reshape(len(rows_np), -1)
