@@ -311,9 +311,7 @@ class NoiseSampler:
 
     def __init__(self, probabilities: torch.Tensor) -> None:
         p = np.asarray(probabilities, dtype=np.float64)
-        keep, alias = _alias_table(p / p.sum())
-        self.size = len(p)
-        self.keep, self.alias = keep, alias
+        self.keep, self.alias = _alias_table(p / p.sum())
 
     def draw(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
         uniform = torch.rand(math.prod(shape), generator=generator, dtype=torch.float64)
