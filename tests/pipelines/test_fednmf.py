@@ -167,6 +167,8 @@ def test_no_server_node_reads_an_organisations_documents_for_evaluation() -> Non
     [
         ({"train": {"model": {"family": "prodlda"}}}, "'fednmf.train.model.family' is 'prodlda'"),
         ({"topics": [5, 5]}, "'fednmf.topics' repeats a value"),
+        ({"repeats": 0}, "fednmf.repeats"),
+        ({"evaluate": {"curve_topics": 4, "curve_tolerance": -0.1}}, "fednmf.evaluate.curve_tolerance"),
         ({"evaluate": {"curve_topics": 7}}, "'fednmf.evaluate.curve_topics' is 7"),
         ({"methods": ["fedprox"]}, "fednmf.methods"),
         ({"heterogeneity": {"alphas": [0.0]}}, "fednmf.heterogeneity.alphas"),
