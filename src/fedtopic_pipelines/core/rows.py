@@ -1,10 +1,14 @@
-"""Row-indexed arithmetic as compiled loops (numba): the distinct rows a step touched and a
-weighted scatter-add of row values.
+"""Row-indexed arithmetic as compiled loops (numba): the distinct rows a step touched, a
+weighted scatter-add of row values, and a sparse bag of words times a table of word rows.
 
 Sparse-row updates (Word2Vec's) touch a few thousand rows of a table of up to 200k words per
 step. ``torch.unique`` sorts to find them and ``index_add_`` runs one thread's generic kernel;
 on this project's 2-core machine the two took a third of a federated Word2Vec round. Marking a
 table of the vocabulary's size needs no sort, and a plain loop adds rows at memory speed.
+
+A topic model's encoder reads a bag of words of a few hundred distinct words out of tens of
+thousands: its first layer, stored one row per word, reads and writes only those rows, where a
+dense product multiplies every zero (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -39,3 +43,29 @@ def add_rows(out: np.ndarray, positions: np.ndarray, values: np.ndarray, weight:
         source = values[i]
         for d in range(len(source)):
             target[d] += w * source[d]
+
+
+@numba.njit(cache=True, nogil=True)
+def bag_times_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] += sum_p data[p] * table[indices[p]]`` over row i's entries of a CSR batch: a bag
+    of words times a table with one row per word, reading only the rows of the words present."""
+    for i in range(len(indptr) - 1):
+        target = out[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            source = table[indices[p]]
+            v = data[p]
+            for d in range(len(target)):
+                target[d] += v * source[d]
+
+
+@numba.njit(cache=True, nogil=True)
+def add_bag_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, grad: np.ndarray, out: np.ndarray) -> None:
+    """``out[indices[p]] += data[p] * grad[i]`` over row i's entries of a CSR batch: the table's
+    gradient of :func:`bag_times_rows` (the batch transposed times ``grad``), row by row."""
+    for i in range(len(indptr) - 1):
+        source = grad[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            target = out[indices[p]]
+            v = data[p]
+            for d in range(len(source)):
+                target[d] += v * source[d]

@@ -23,10 +23,11 @@ def _batch(seed: int = 0, sparse: bool = True) -> ContextualBatch:
 def test_parameter_shapes_are_those_of_contextualized_topic_models_2_6_1() -> None:
     combined = ContextualProdLDA.create(V, CombinedTMConfig(n_topics=3, embedding_size=E), seed=0)
     assert combined.adapt_bert.weight.shape == (V, E)  # adapt_bert: embedding -> vocabulary size
-    assert combined.hidden[0].weight.shape == (100, 2 * V)  # input layer on [bow, adapted embedding]
+    # input layer on [bow, adapted embedding]; stored one row per input: CTM's (100 x 2V) transposed
+    assert combined.hidden[0].weight.t().shape == (100, 2 * V)
     assert [layer.weight.shape for layer in combined.hidden[1:]] == [(100, 100)]
     zeroshot = ContextualProdLDA.create(V, ZeroShotTMConfig(n_topics=3, embedding_size=E), seed=0)
-    assert not hasattr(zeroshot, "adapt_bert") and zeroshot.hidden[0].weight.shape == (100, E)
+    assert not hasattr(zeroshot, "adapt_bert") and zeroshot.hidden[0].weight.t().shape == (100, E)
     assert zeroshot.beta.shape == combined.beta.shape == (3, V)  # both reconstruct the bag of words
 
 

@@ -3,7 +3,7 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 from fedtopic_pipelines.core.config import ProdLDAConfig
-from fedtopic_pipelines.core.models.prodlda import ProdLDA
+from fedtopic_pipelines.core.models.prodlda import BagOfWordsLinear, ProdLDA, bag_linear
 
 V, K = 40, 4
 
@@ -87,6 +87,45 @@ def test_a_sparse_batch_gives_the_dense_batch_loss_and_gradients() -> None:
     for name in grads_a:
         torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-10, atol=1e-12)
     assert grads_a["hidden.0.weight"].abs().max() > 0  # the input layer did receive a gradient
+
+
+def test_the_first_layer_draws_the_weights_of_nn_linear_stored_one_row_per_word() -> None:
+    """The same seed gives the function the encoder had as an ``nn.Linear``: models and figures
+    of earlier runs are reproduced; only the stored layout is transposed."""
+    torch.manual_seed(5)
+    reference = torch.nn.Linear(V, 16)
+    torch.manual_seed(5)
+    layer = BagOfWordsLinear(V, 16)
+    assert layer.weight.shape == (V, 16) and layer.weight.is_contiguous()
+    assert torch.equal(layer.weight, reference.weight.t()) and torch.equal(layer.bias, reference.bias)
+    bow = _bow(6)
+    torch.testing.assert_close(layer(bow.to_sparse_csr()), reference(bow), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_saved_with_the_first_layer_as_nn_linear_still_loads() -> None:
+    model = _model()
+    state = model.state_dict()
+    state["hidden.0.weight"] = state["hidden.0.weight"].t().contiguous()  # the former (out x in) layout
+    restored = ProdLDA.create(V, ProdLDAConfig(n_topics=K, hidden_sizes=(16, 16)), seed=4)
+    restored.load_state_dict(state)
+    assert torch.equal(restored.hidden[0].weight, model.hidden[0].weight)
+
+
+def test_the_sparse_first_layer_has_the_dense_gradient_in_float32() -> None:
+    """The compiled CPU path against autograd's dense product, value and table gradient."""
+    bow = _bow(9)
+    bow[4] = 0.0  # an empty document
+    table = torch.randn(V, 7, generator=torch.Generator().manual_seed(2))
+    grads = []
+    for batch in (bow, bow.to_sparse_csr()):
+        leaf = table.clone().requires_grad_()
+        out = bag_linear(batch, leaf, None)
+        (out * torch.arange(7.0)).sum().backward()
+        grads.append((out.detach(), leaf.grad))
+    (dense_out, dense_grad), (sparse_out, sparse_grad) = grads
+    torch.testing.assert_close(sparse_out, dense_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sparse_grad, dense_grad, rtol=1e-5, atol=1e-5)
+    assert sparse_grad.abs().max() > 0
 
 
 def _encode_decode(model: ProdLDA, bow: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

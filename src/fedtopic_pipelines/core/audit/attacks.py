@@ -183,15 +183,15 @@ WORD_BIAS = "word_bias"
 
 
 def first_layer_scores(weight_grad: torch.Tensor, vocab_size: int) -> np.ndarray:
-    """Per word, the L2 norm of its column of the encoder's first-layer gradient (hidden x V,
-    or hidden x 2V for CombinedTM, whose first V columns read the bag of words). Zero exactly
-    when the word is in none of the batch's documents."""
-    if weight_grad.shape[1] < vocab_size:
+    """Per word, the L2 norm of its row of the encoder's first-layer gradient (stored one row per
+    input: V x hidden, or 2V x hidden for CombinedTM, whose first V rows read the bag of words).
+    Zero exactly when the word is in none of the batch's documents."""
+    if weight_grad.shape[0] < vocab_size:
         raise ValueError(
-            f"the first layer reads {weight_grad.shape[1]} inputs, fewer than the {vocab_size} words: it does not "
+            f"the first layer reads {weight_grad.shape[0]} inputs, fewer than the {vocab_size} words: it does not "
             "read the bag of words (ZeroShotTM reads the embeddings only; use decoder_scores)"
         )
-    return weight_grad[:, :vocab_size].double().norm(dim=0).cpu().numpy()
+    return weight_grad[:vocab_size].double().norm(dim=1).cpu().numpy()
 
 
 def decoder_scores(tensors: Mapping[str, torch.Tensor]) -> np.ndarray:

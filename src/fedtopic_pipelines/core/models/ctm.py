@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from fedtopic_pipelines.core.config import CombinedTMConfig, ProdLDAConfig, ZeroShotTMConfig
-from fedtopic_pipelines.core.models.prodlda import ProdLDA, dense_bow, linear_on_bow
+from fedtopic_pipelines.core.models.prodlda import ProdLDA, bag_linear
 
 
 class ContextualBatch(NamedTuple):
@@ -64,10 +64,10 @@ class ContextualProdLDA(ProdLDA):
         layer = self.hidden[0]
         if not self.combined:
             return layer(batch.embeddings)
-        # first layer on [bow, adapt_bert(embedding)], as the sum of its two column blocks
+        # first layer on [bow, adapt_bert(embedding)], as the sum of its two blocks of rows
         v = self.beta.shape[1]
         adapted = self.adapt_bert(batch.embeddings)
-        return linear_on_bow(batch.bow, layer.weight[:, :v], layer.bias) + adapted @ layer.weight[:, v:].t()
+        return bag_linear(batch.bow, layer.weight[:v], layer.bias) + adapted @ layer.weight[v:]
 
     @staticmethod
     def _bow(batch: ContextualBatch) -> torch.Tensor:  # type: ignore[override]
@@ -78,11 +78,6 @@ class ContextualProdLDA(ProdLDA):
         """Batches as one: their bags of words stacked, their embeddings concatenated."""
         batches = [_as_batch(b) for b in batches]
         return ContextualBatch(ProdLDA.join([b.bow for b in batches]), torch.cat([b.embeddings for b in batches]))
-
-    @staticmethod
-    def _dense(batch: ContextualBatch) -> ContextualBatch:  # type: ignore[override]
-        batch = _as_batch(batch)
-        return ContextualBatch(dense_bow(batch.bow), batch.embeddings)
 
     def _cast(self, batch: ContextualBatch) -> ContextualBatch:  # type: ignore[override]
         batch = _as_batch(batch)

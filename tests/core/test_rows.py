@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from fedtopic_pipelines.core.rows import add_bag_rows, add_rows, bag_times_rows, distinct_positions
+
+
+def test_distinct_positions_is_numpy_unique_with_its_inverse() -> None:
+    ids = np.random.default_rng(0).integers(0, 50, size=300)
+    rows, inverse = distinct_positions(ids, 50)
+    expected, expected_inverse = np.unique(ids, return_inverse=True)
+    assert np.array_equal(rows, expected) and np.array_equal(inverse, expected_inverse)
+
+
+def test_add_rows_adds_repeated_positions_as_numpy_add_at() -> None:
+    rng = np.random.default_rng(1)
+    out, positions, values = np.zeros((6, 3)), rng.integers(0, 6, size=20), rng.normal(size=(20, 3))
+    expected = out.copy()
+    np.add.at(expected, positions, 0.5 * values)
+    add_rows(out, positions, values, 0.5)
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_bag_times_word_rows_and_its_table_gradient_are_the_dense_products(dtype: type) -> None:
+    """The CSR batch's rows in any state: empty rows, unsorted columns, a batch with no entry."""
+    rng = np.random.default_rng(2)
+    batch = sp.random(7, 30, density=0.2, format="csr", random_state=3, dtype=dtype)
+    batch[2] = 0
+    batch.eliminate_zeros()
+    batch.indices[batch.indptr[0] : batch.indptr[1]] = batch.indices[batch.indptr[0] : batch.indptr[1]][::-1].copy()
+    table, grad = rng.normal(size=(30, 5)).astype(dtype), rng.normal(size=(7, 5)).astype(dtype)
+    out, table_grad = np.zeros((7, 5), dtype), np.zeros((30, 5), dtype)
+    bag_times_rows(batch.indptr, batch.indices, batch.data, table, out)
+    add_bag_rows(batch.indptr, batch.indices, batch.data, grad, table_grad)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, batch.toarray() @ table, rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(table_grad, batch.toarray().T @ grad, rtol=tolerance, atol=tolerance)
+    assert not out[2].any()  # an empty document reads no row
+    empty = sp.csr_matrix((4, 30), dtype=dtype)
+    out = np.zeros((4, 5), dtype)
+    bag_times_rows(empty.indptr, empty.indices, empty.data, table, out)
+    assert not out.any()
