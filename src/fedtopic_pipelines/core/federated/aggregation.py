@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.nn.utils import get_total_norm
 
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
 from fedtopic_pipelines.core.rows import add_rows, distinct_positions
@@ -54,8 +55,21 @@ def _finite(tensor: torch.Tensor) -> bool:
     return math.isfinite(float(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
-def check_tensor(client_id: str, what: str, name: str, value: object, spec: TensorSpec) -> torch.Tensor:
-    """``value`` if it is a dense, finite tensor of ``spec``'s dtype and shape; else :class:`UpdateRejected`."""
+def _all_finite(values: Sequence[torch.Tensor]) -> bool:
+    """Whether every tensor is finite, floating ones in one fused pass (``foreach``: one call for
+    the whole update, where a check per tensor paid torch's call overhead per tensor; a NaN or Inf
+    makes the total norm non-finite, and only then, or on overflow, are tensors tested one by one)."""
+    floating = [t for t in values if t.is_floating_point()]
+    if floating and not math.isfinite(float(get_total_norm(floating, foreach=True))):
+        return all(bool(torch.isfinite(t).all()) for t in floating)
+    return all(_finite(t) for t in values if not t.is_floating_point())
+
+
+def check_tensor(
+    client_id: str, what: str, name: str, value: object, spec: TensorSpec, finite: bool = True
+) -> torch.Tensor:
+    """``value`` if it is a dense tensor of ``spec``'s dtype and shape, and (``finite``, unless the
+    caller tests a whole update at once) finite; else :class:`UpdateRejected`."""
     if not isinstance(value, torch.Tensor):
         raise UpdateRejected(client_id, f"{what} '{name}' is a {type(value).__name__}, not a tensor")
     if value.layout != torch.strided:
@@ -64,9 +78,21 @@ def check_tensor(client_id: str, what: str, name: str, value: object, spec: Tens
         raise UpdateRejected(client_id, f"{what} '{name}' has dtype {value.dtype}, expected {spec.dtype}")
     if tuple(value.shape) != spec.shape:
         raise UpdateRejected(client_id, f"{what} '{name}' has shape {tuple(value.shape)}, expected {spec.shape}")
-    if not _finite(value):
+    if finite and not _finite(value):
         raise UpdateRejected(client_id, f"{what} '{name}' contains NaN or Inf")
     return value
+
+
+def check_tensors(
+    client_id: str, what: str, values: object, specs: Mapping[str, TensorSpec]
+) -> None:
+    """Every named tensor as :func:`check_tensor` wants it, finiteness tested for all at once."""
+    check_names(client_id, what, values, specs)
+    for name, value in values.items():  # type: ignore[attr-defined]
+        check_tensor(client_id, what, name, value, specs[name], finite=False)
+    if not _all_finite(list(values.values())):  # type: ignore[attr-defined]
+        bad = next(name for name, value in values.items() if not _finite(value))  # type: ignore[attr-defined]
+        raise UpdateRejected(client_id, f"{what} '{bad}' contains NaN or Inf")
 
 
 def check_names(client_id: str, what: str, names: object, expected: Sequence[str] | set[str]) -> None:
@@ -160,13 +186,8 @@ def validate_update(
     else:
         if update.row_indices:
             raise UpdateRejected(cid, f"row indices are only for '{UpdateKind.SPARSE_ROWS}' updates")
-        check_names(cid, "tensor", update.tensors, specs)
-        for name, value in update.tensors.items():
-            check_tensor(cid, "tensor", name, value, specs[name])
-    expected = statistics or {}
-    check_names(cid, "statistic", update.statistics, expected)
-    for name, value in update.statistics.items():
-        check_tensor(cid, "statistic", name, value, expected[name])
+        check_tensors(cid, "tensor", update.tensors, specs)
+    check_tensors(cid, "statistic", update.statistics, statistics or {})
     return update
 
 
@@ -197,13 +218,14 @@ def weighted_mean(
     total_weight = float(sum(weights))
     if total_weight <= 0:
         raise ValueError("weights must sum to a positive number")
-    out: dict[str, torch.Tensor] = {}
-    for name in tensors[0]:
-        acc = tensors[0][name] * (weights[0] / total_weight)
-        for t, w in zip(tensors[1:], weights[1:], strict=True):
-            acc.add_(t[name], alpha=w / total_weight)
-        out[name] = acc
-    return out
+    # foreach: one call per client for all its tensors (the same products and sums, in the same order)
+    names = list(tensors[0])
+    if not names:
+        return {}
+    acc = torch._foreach_mul([tensors[0][name] for name in names], weights[0] / total_weight)
+    for t, w in zip(tensors[1:], weights[1:], strict=True):
+        torch._foreach_add_(acc, [t[name] for name in names], alpha=w / total_weight)
+    return dict(zip(names, acc, strict=True))
 
 
 def total(tensors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.utils import get_total_norm
 
 from fedtopic_pipelines.core.config import ConfigError
 
@@ -189,11 +190,13 @@ def _krum(
 
 def update_norms(tensors: Sequence[Mapping[str, torch.Tensor]], exact: bool = True) -> list[float]:
     """The L2 norm of each client's whole update (all tensors together): summed in float64, or
-    (``exact=False``, for a screen that compares norms with 10x a median) in each tensor's
-    own precision, 1e-6 relative in float32 and 4.7x faster."""
-    dtype = torch.float64 if exact else None
+    (``exact=False``, for a screen that compares norms with 10x a median) in each tensor's own
+    precision, 1e-6 relative in float32, in one fused call per update (torch's ``foreach`` norms)."""
+    if not exact:
+        return [float(get_total_norm(list(u.values()), foreach=True)) if u else 0.0 for u in tensors]
     return [
-        math.sqrt(math.fsum(float(torch.linalg.vector_norm(t, dtype=dtype)) ** 2 for t in u.values())) for u in tensors
+        math.sqrt(math.fsum(float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2 for t in u.values()))
+        for u in tensors
     ]
 
 
