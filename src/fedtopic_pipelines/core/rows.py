@@ -46,7 +46,9 @@ def add_rows(out: np.ndarray, positions: np.ndarray, values: np.ndarray, weight:
 
 
 @numba.njit(cache=True, nogil=True)
-def bag_times_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
+def bag_times_rows(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, table: np.ndarray, out: np.ndarray
+) -> None:
     """``out[i] += sum_p data[p] * table[indices[p]]`` over row i's entries of a CSR batch: a bag
     of words times a table with one row per word, reading only the rows of the words present."""
     for i in range(len(indptr) - 1):

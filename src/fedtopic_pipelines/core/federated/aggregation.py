@@ -83,9 +83,7 @@ def check_tensor(
     return value
 
 
-def check_tensors(
-    client_id: str, what: str, values: object, specs: Mapping[str, TensorSpec]
-) -> None:
+def check_tensors(client_id: str, what: str, values: object, specs: Mapping[str, TensorSpec]) -> None:
     """Every named tensor as :func:`check_tensor` wants it, finiteness tested for all at once."""
     check_names(client_id, what, values, specs)
     for name, value in values.items():  # type: ignore[attr-defined]
