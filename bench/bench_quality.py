@@ -37,6 +37,9 @@ ours the pooled corpus as one organisation (a step is one batch, the reference's
 ``--scenarios`` picks ours (none: the reference alone). The reference's result is cached under
 ``.cache/bench/reference`` by its settings and data, with the CPU time of the run that trained it;
 ``--retime-reference`` trains it again, so that every ratio compares times of the same run.
+The library it times is the one Python imports: ``.venv`` installs this checkout's ``src``, so
+a before/after comparison with another tree (a git worktree) runs this script with
+``PYTHONPATH=<tree>/src``.
 
 ``--smoke`` runs the same code on the smoke environment for 2 epochs and 1 seed; it uses the
 reference's venv only when it already exists, and says so loudly when it skips it.
