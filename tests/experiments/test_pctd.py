@@ -29,9 +29,6 @@ from fedtopic_pipelines.experiments.pctd import (
     train_lda,
 )
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("experiments/test_pctd")
-
 VOCAB = 12
 TERMS = [f"w{i}" for i in range(VOCAB)]
 

@@ -40,8 +40,7 @@ from fedtopic_pipelines.pipelines.train.nodes import training_histories
 from tests.flower.conftest import make_shared_raw_tables
 from tests.flower.test_federation import TRAIN, in_process, job, write_sites
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = [pytest.mark.deployment, pytest.mark.xdist_group("flower/test_deployment")]
+pytestmark = pytest.mark.deployment
 ROUNDS = 3
 OPERATOR_KEY = "a key in the operator's shell, which no federation process may inherit"
 SUPERLINK_HOST = "127.0.0.2"

@@ -13,9 +13,6 @@ from fedtopic_pipelines.experiments.config import FEDNMF_METHODS, FedNMFRunConfi
 from fedtopic_pipelines.pipelines import fednmf, preprocess, vocab_consensus
 from tests.pipelines.conftest import run_slice
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("pipelines/test_fednmf")
-
 ORGS = ["alpha", "beta", "gamma"]
 FEDNMF = {
     "topics": [3, 4],

@@ -8,9 +8,6 @@ from fedtopic_pipelines.pipelines import ingest_demo, ingest_table
 from tests.conftest import DEMO_WHEEL
 from tests.pipelines.conftest import run_slice
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("pipelines/test_ingest")
-
 ORGS = ["computers", "recreation", "science", "politics_religion", "misc_forsale"]
 MAPPING = {
     "computers": ["comp.*"],

@@ -15,9 +15,6 @@ from tests.conftest import make_tiny_raw_tables
 from tests.pipelines.conftest import run_slice
 from tests.pipelines.test_word2vec import WORD2VEC
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("pipelines/test_lineage")
-
 ORGS = ["alpha", "beta", "gamma"]
 PRE = {"min_df": 2, "max_df": 0.9}
 OTHER_PRE = {**PRE, "min_token_length": 5}  # drops moon, nasa, disk...: other tokens (min_df changes none here)

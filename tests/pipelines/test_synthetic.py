@@ -10,9 +10,6 @@ from fedtopic_pipelines.pipelines import synthetic
 from tests.experiments.test_synthetic import TINY
 from tests.pipelines.conftest import run_slice
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("pipelines/test_synthetic")
-
 TWO_POINTS = {**TINY, "sweeps": {"A": {"parameter": "n_shared", "values": [0, 2]}}, "repetitions": 2}
 
 

@@ -12,9 +12,6 @@ from fedtopic_pipelines.pipelines import preprocess, vocab_consensus, word2vec
 from tests.conftest import PROJECT
 from tests.pipelines.conftest import run_slice
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("pipelines/test_word2vec")
-
 ORGS = ["alpha", "beta", "gamma"]
 WORD2VEC = {
     "train": {

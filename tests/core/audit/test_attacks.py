@@ -23,9 +23,6 @@ from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.site import MemoryEndpoint
 from tests.core.federated.test_family_contract import word_sequences
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("core/audit/test_attacks")
-
 V = 200  # words: a batch of 8 sparse documents holds about a third of them
 ROUNDS = 4
 ORGS = ("a", "b", "c")

@@ -21,9 +21,6 @@ from fedtopic_pipelines.core.ingest.wikipedia import (
 )
 from fedtopic_pipelines.core.text.demo import CorpusError
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("core/ingest/test_wikipedia")
-
 ORGS = ["countries", "people", "science"]
 RULES = {
     "countries": ["countries", "states"],

@@ -9,9 +9,6 @@ from gensim.models import KeyedVectors
 from fedtopic_pipelines.core.metrics.amwmd import AMWMDError, amwmd, amwmd_matrix
 from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("core/metrics/test_amwmd")
-
 
 @pytest.fixture(scope="module")
 def vectors() -> KeyedVectors:

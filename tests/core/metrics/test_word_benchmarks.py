@@ -33,9 +33,6 @@ from fedtopic_pipelines.core.metrics.word_benchmarks import (
     read_similarity,
 )
 
-# one xdist worker runs this file: its module-scoped fixtures are set up once
-pytestmark = pytest.mark.xdist_group("core/metrics/test_word_benchmarks")
-
 PROJECT = Path(__file__).resolve().parents[3]
 WHEEL_FOLDERS = [PROJECT / ".cache" / "benchmarks", PROJECT / ".cache" / "w2v"]
 
