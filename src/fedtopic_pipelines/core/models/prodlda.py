@@ -246,8 +246,9 @@ class _BagTimesRows(torch.autograd.Function):
         values: torch.Tensor,
         table: torch.Tensor,
     ) -> torch.Tensor:
-        out = np.zeros((crow.shape[0] - 1, table.shape[1]), dtype=table.detach().numpy().dtype)
-        bag_times_rows(crow.numpy(), col.numpy(), values.numpy(), table.detach().numpy(), out)
+        rows = table.detach().numpy()
+        out = np.zeros((crow.shape[0] - 1, rows.shape[1]), dtype=rows.dtype)
+        bag_times_rows(crow.numpy(), col.numpy(), values.numpy(), rows, out)
         ctx.save_for_backward(crow, col, values)
         ctx.table_shape = tuple(table.shape)  # type: ignore[attr-defined]
         return torch.from_numpy(out)
@@ -264,9 +265,9 @@ class _BagTimesRows(torch.autograd.Function):
 
 def bag_linear(bow: torch.Tensor, table: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``bow @ table + bias`` for a table stored one row per word (words x units), the encoder's
-    first layer. On the CPU a sparse CSR batch reads and writes only its words' rows: 7 to 10x
+    first layer. On the CPU a sparse CSR batch reads and writes only its words' rows: 6 to 13x
     faster than densifying it for a (units x words) product, at 13,729 words and 0.7 % non-zero,
-    forward and backward (docs/performance.md). Elsewhere, or for a dense batch (sample-level
+    forward and backward, on a loaded host (docs/performance.md). Elsewhere, or for a dense batch (sample-level
     DP-SGD's ``vmap`` differentiates dense rows), it is a dense product."""
     if bow.layout == torch.sparse_csr and bow.device.type == "cpu" and table.dtype == bow.dtype:
         out = _BagTimesRows.apply(bow.crow_indices(), bow.col_indices(), bow.values(), table)
