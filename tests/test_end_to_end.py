@@ -209,11 +209,15 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
 
 
 @pytest.mark.deployment
-def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, tmp_path: Path) -> None:
-    """`--params=train.engine=flower`: the same catalog outputs and MLflow store, and the parameters
-    the in-process engine trains under the Flower schedule's settings (`train.flower.local_steps`:
-    its rule, server rate, local steps and optimiser in place of `train.aggregation` and
-    `train.optimizer`)."""
+def test_engine_switch_trains_prodlda_and_word2vec_on_flower_equal_to_in_process(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    """`--params=train.engine=flower` and `word2vec.train.engine=flower`: one loopback federation
+    (SuperLink and SuperNodes with TLS and node authentication) trains both pipelines' federated
+    scenario in one `kedro run`, into the same catalog outputs and MLflow store. The in-process
+    reference trains ProdLDA under the Flower schedule's settings (`train.flower.local_steps`: its
+    rule, server rate, local steps and optimiser in place of `train.aggregation` and
+    `train.optimizer`); Word2Vec's schedule is the in-process one."""
     from fedtopic_pipelines.core.model_store import load_models
     from fedtopic_pipelines.flower.cli import project_parameters
     from fedtopic_pipelines.flower.deployment import LocalFederation
@@ -225,15 +229,26 @@ def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, 
         f"train.aggregation.eta={schedule['eta']},train.aggregation.local_steps={schedule['steps']},"
         f"train.optimizer.name={schedule['optimizer']['name']},train.optimizer.lr={schedule['optimizer']['lr']}"
     )
-    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={same}"], smoke_run)
+    wheel = PROJECT / ".cache/benchmarks/hyperhyper-0.3.0-py3-none-any.whl"  # make install's
+    steps = (
+        "word2vec.train.max_steps=4,word2vec.train.scenarios=[federated],word2vec.reference=none,"
+        f"word2vec.evaluate.benchmarks_wheel={wheel}"
+    )
+    both = ["run", "--env=smoke", "--pipelines=train,word2vec"]
+    _run([str(BIN / "kedro"), *both, f"--params={same},{steps}"], smoke_run)
     reference = load_models(smoke_run / "data/06_models/trained_models")["federated"]
+    w2v_history = smoke_run / "data/07_model_output/word2vec/training_history.json"
+    w2v_reference = load_models(smoke_run / "data/06_models/word2vec_models")["federated"]
+    w2v_in_process = json.loads(w2v_history.read_text())["federated"]
     data = {org: smoke_run / "data/01_raw/organisations" / org for org in orgs}
     with LocalFederation(tmp_path / "federation", data) as federation:
         flower = (
             "train.flower.local_steps.rounds=5,train.mlflow_every=1,train.engine=flower,"
-            f"train.flower.federation_dir={federation.root}"
+            f"train.flower.federation_dir={federation.root},{steps},"
+            f"word2vec.train.engine=flower,word2vec.train.flower.federation_dir={federation.root}"
         )
-        _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train", f"--params={flower}"], smoke_run)
+        _run([str(BIN / "kedro"), *both, f"--params={flower}"], smoke_run)
+    # ProdLDA
     models = load_models(smoke_run / "data/06_models/trained_models")
     worst = max(float((models["federated"].state[k] - reference.state[k]).abs().max()) for k in reference.state)
     assert worst <= 1e-5, f"max abs parameter difference Flower vs in-process: {worst}"
@@ -249,6 +264,20 @@ def test_engine_switch_trains_the_federated_scenario_on_flower(smoke_run: Path, 
     assert latest.data.params["train.engine"] == "flower"
     assert len(client.get_metric_history(latest.info.run_id, "train.federated.loss")) == 5
     assert models["federated"].config.rule == schedule["rule"] and models["federated"].config.max_steps == 5
+    # Word2Vec: exactly the in-process model, losses and bytes
+    w2v = load_models(smoke_run / "data/06_models/word2vec_models")["federated"]
+    assert set(w2v.state) == set(w2v_reference.state) == {"input", "output"}
+    worst = max(float((w2v.state[k] - w2v_reference.state[k]).abs().max()) for k in w2v_reference.state)
+    assert worst == 0.0, f"max abs difference Flower vs in-process: {worst}"
+    w2v_flower = json.loads(w2v_history.read_text())["federated"]
+    assert w2v_flower["engine"] == "flower" and w2v_in_process["engine"] == "in_process"
+    assert sorted(w2v_flower["flower_run"]["nodes"]) == sorted(orgs)
+    assert w2v_flower["loss"] == w2v_in_process["loss"] and len(w2v_flower["loss"]) == 4
+    # the server received the same sparse updates as in process, below the dense tables' bytes
+    # (barely, at the smoke vocabulary: a batch touches most rows); that the Flower records carry
+    # rows and not tables is tests/flower/test_records.py
+    assert w2v_flower["bytes_sent"] == w2v_in_process["bytes_sent"]
+    assert all(s < d for s, d in zip(w2v_flower["bytes_sent"], w2v_flower["bytes_dense"], strict=True))
 
 
 def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
