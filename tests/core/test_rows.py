@@ -2,7 +2,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from fedtopic_pipelines.core.rows import add_bag_rows, add_rows, bag_times_rows, distinct_positions
+from fedtopic_pipelines.core.rows import (
+    add_bag_rows,
+    add_rows,
+    bag_times_rows,
+    bag_totals_and_dots,
+    distinct_positions,
+    subtract_bag,
+)
 
 
 def test_distinct_positions_is_numpy_unique_with_its_inverse() -> None:
@@ -41,3 +48,22 @@ def test_a_bag_times_word_rows_and_its_table_gradient_are_the_dense_products(dty
     out = np.zeros((4, 5), dtype)
     bag_times_rows(empty.indptr, empty.indices, empty.data, table, out)
     assert not out.any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_bags_totals_dots_with_its_own_rows_and_subtraction_are_the_dense_ones(dtype: type) -> None:
+    """What the reconstruction term reads and writes at a batch's entries, an empty row included."""
+    rng = np.random.default_rng(4)
+    batch = sp.random(6, 25, density=0.3, format="csr", random_state=5, dtype=dtype)
+    batch.data[batch.indptr[4] : batch.indptr[5]] = 0  # document 4 empty
+    batch.eliminate_zeros()
+    table, scale = rng.normal(size=(6, 25)).astype(dtype), rng.normal(size=6).astype(dtype)
+    totals, dots = np.full(6, np.nan, dtype), np.full(6, np.nan, dtype)
+    bag_totals_and_dots(batch.indptr, batch.indices, batch.data, table, totals, dots)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(totals, batch.toarray().sum(axis=1), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(dots, (batch.toarray() * table).sum(axis=1), rtol=tolerance, atol=tolerance)
+    assert totals[4] == 0 and dots[4] == 0
+    out = table.copy()
+    subtract_bag(batch.indptr, batch.indices, batch.data, scale, out)
+    np.testing.assert_allclose(out, table - scale[:, None] * batch.toarray(), rtol=tolerance, atol=tolerance)

@@ -71,3 +71,30 @@ def add_bag_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, grad
             v = data[p]
             for d in range(len(source)):
                 target[d] += v * source[d]
+
+
+@numba.njit(cache=True, nogil=True)
+def bag_totals_and_dots(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, table: np.ndarray, totals: np.ndarray, dots: np.ndarray
+) -> None:
+    """Per row i of a CSR batch: ``totals[i] = sum_p data[p]`` and ``dots[i] = sum_p data[p] *
+    table[i, indices[p]]``, the row's entries against the same row of a dense (rows x columns) table."""
+    for i in range(len(indptr) - 1):
+        total = 0.0
+        dot = 0.0
+        row = table[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            total += data[p]
+            dot += data[p] * row[indices[p]]
+        totals[i] = total
+        dots[i] = dot
+
+
+@numba.njit(cache=True, nogil=True)
+def subtract_bag(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, scale: np.ndarray, out: np.ndarray) -> None:
+    """``out[i, indices[p]] -= scale[i] * data[p]`` over row i's entries of a CSR batch."""
+    for i in range(len(indptr) - 1):
+        s = scale[i]
+        row = out[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            row[indices[p]] -= s * data[p]

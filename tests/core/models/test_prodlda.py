@@ -89,6 +89,32 @@ def test_a_sparse_batch_gives_the_dense_batch_loss_and_gradients() -> None:
     assert grads_a["hidden.0.weight"].abs().max() > 0  # the input layer did receive a gradient
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_sparse_reconstruction_term_is_the_log_softmax_one_with_its_gradient(dtype: torch.dtype) -> None:
+    """N lse(logits) - sum_w n_w logits_w, read and written at the batch's entries only, is the
+    dense -sum_w n_w log_softmax(logits)_w, its gradient too; an empty document costs nothing."""
+    from fedtopic_pipelines.core.models.prodlda import _reconstruction
+
+    bow = _bow(6).to(dtype)
+    bow[2] = 0
+    logits = torch.randn(6, V, dtype=dtype, generator=torch.Generator().manual_seed(2)) * 3
+    weights = torch.randn(6, dtype=dtype, generator=torch.Generator().manual_seed(3))
+    results = []
+    for batch in (bow, bow.to_sparse_csr()):
+        leaf = logits.clone().requires_grad_()
+        term = _reconstruction(batch, leaf)
+        (grad,) = torch.autograd.grad(term, leaf, weights)
+        results.append((term, grad))
+    (dense, dense_grad), (sparse, sparse_grad) = results
+    tolerance = {"rtol": 1e-5, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(sparse, dense, **tolerance)
+    torch.testing.assert_close(sparse_grad, dense_grad, **tolerance)
+    assert sparse[2] == 0 and not sparse_grad[2].any()
+    if dtype == torch.float64:
+        csr = bow.to_sparse_csr()
+        assert torch.autograd.gradcheck(lambda x: _reconstruction(csr, x), (logits.clone().requires_grad_(),))
+
+
 def test_the_first_layer_draws_the_weights_of_nn_linear_stored_one_row_per_word() -> None:
     """The same seed gives the function the encoder had as an ``nn.Linear``: models and figures
     of earlier runs are reproduced; only the stored layout is transposed."""

@@ -33,7 +33,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from fedtopic_pipelines.core.config import ProdLDAConfig
-from fedtopic_pipelines.core.rows import add_bag_rows, bag_times_rows
+from fedtopic_pipelines.core.rows import add_bag_rows, bag_times_rows, bag_totals_and_dots, subtract_bag
 
 
 class RunningBatchNorm(nn.Module):
@@ -301,10 +301,48 @@ class BagOfWordsLinear(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[arg-type]
 
 
+class _SparseCountsNLL(torch.autograd.Function):
+    """-sum_w n_w log softmax(logits)_w per document of a sparse CSR bag of words on the CPU,
+    without densifying it: N lse(logits) - sum_w n_w logits_w (N: the document's count) reads the
+    logits at the present words only, and the gradient N softmax(logits) - n writes them only,
+    each as one compiled loop over the batch's entries
+    (:func:`~fedtopic_pipelines.core.rows.bag_totals_and_dots`)."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        logits: torch.Tensor,
+        crow: torch.Tensor,
+        col: torch.Tensor,
+        values: torch.Tensor,
+    ) -> torch.Tensor:
+        logits = logits.contiguous()
+        table = logits.detach().numpy()
+        totals = np.empty(table.shape[0], dtype=table.dtype)
+        dots = np.empty_like(totals)
+        bag_totals_and_dots(crow.numpy(), col.numpy(), values.numpy(), table, totals, dots)
+        lse = torch.logsumexp(logits, dim=1)
+        counts = torch.from_numpy(totals)
+        ctx.save_for_backward(logits, lse, counts, crow, col, values)
+        return counts * lse - torch.from_numpy(dots)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        logits, lse, counts, crow, col, values = ctx.saved_tensors  # type: ignore[attr-defined]
+        grad = grad.contiguous()
+        out = torch.exp(logits - lse[:, None]).mul_((grad * counts)[:, None])
+        subtract_bag(crow.numpy(), col.numpy(), values.numpy(), grad.numpy(), out.numpy())
+        return out, None, None, None
+
+
 def _reconstruction(bow: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """Per-document negative log-likelihood of the counts, -sum_w n_w log p_w with
-    p = softmax(logits), from the log-softmax: one pass over the (batch x V) logits forward and
-    one backward, instead of a softmax, a gather at the present words and a scatter back."""
+    p = softmax(logits). A sparse CSR batch never becomes a dense (batch x V) tensor
+    (:class:`_SparseCountsNLL`); a dense one (sample-level DP-SGD's ``vmap``) goes through the
+    log-softmax: one pass over the logits forward and one backward."""
+    if bow.layout == torch.sparse_csr and bow.device.type == "cpu" and bow.dtype == logits.dtype:
+        return _SparseCountsNLL.apply(logits, bow.crow_indices(), bow.col_indices(), bow.values())
     return -torch.sum(dense_bow(bow) * F.log_softmax(logits, dim=1), dim=1)
 
 
