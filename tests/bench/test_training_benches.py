@@ -14,6 +14,12 @@ from tests.bench.runner import run_bench
 from tests.conftest import DEMO_WHEEL
 
 
+def test_bench_reconstruction_smoke() -> None:
+    out = run_bench("bench_reconstruction.py", "--smoke")
+    row = next(line for line in out.splitlines() if line.startswith("| 300 | 8 |"))
+    assert len(row.split("|")) == 7 and "x [" in row, out
+
+
 def test_bench_training_smoke() -> None:
     assert DEMO_WHEEL.is_file(), "run 'make install' first"
     out = run_bench("bench_training.py", "--smoke")
