@@ -12,6 +12,16 @@ from fedtopic_pipelines.core.rows import (
 )
 
 
+def _batch_with_an_empty_document(
+    shape: tuple[int, int], density: float, seed: int, dtype: type, empty: int
+) -> sp.csr_matrix:
+    """A random CSR batch whose document ``empty`` has no entry."""
+    batch = sp.random(*shape, density=density, format="csr", random_state=seed, dtype=dtype)
+    batch.data[batch.indptr[empty] : batch.indptr[empty + 1]] = 0
+    batch.eliminate_zeros()
+    return batch
+
+
 def test_distinct_positions_is_numpy_unique_with_its_inverse() -> None:
     ids = np.random.default_rng(0).integers(0, 50, size=300)
     rows, inverse = distinct_positions(ids, 50)
@@ -32,9 +42,7 @@ def test_add_rows_adds_repeated_positions_as_numpy_add_at() -> None:
 def test_a_bag_times_word_rows_and_its_table_gradient_are_the_dense_products(dtype: type) -> None:
     """The CSR batch's rows in any state: empty rows, unsorted columns, a batch with no entry."""
     rng = np.random.default_rng(2)
-    batch = sp.random(7, 30, density=0.2, format="csr", random_state=3, dtype=dtype)
-    batch.data[batch.indptr[2] : batch.indptr[3]] = 0  # document 2 empty
-    batch.eliminate_zeros()
+    batch = _batch_with_an_empty_document((7, 30), 0.2, 3, dtype, empty=2)
     batch.indices[batch.indptr[0] : batch.indptr[1]] = batch.indices[batch.indptr[0] : batch.indptr[1]][::-1].copy()
     table, grad = rng.normal(size=(30, 5)).astype(dtype), rng.normal(size=(7, 5)).astype(dtype)
     out, table_grad = np.zeros((7, 5), dtype), np.zeros((30, 5), dtype)
@@ -54,9 +62,7 @@ def test_a_bag_times_word_rows_and_its_table_gradient_are_the_dense_products(dty
 def test_a_bags_totals_dots_with_its_own_rows_and_subtraction_are_the_dense_ones(dtype: type) -> None:
     """What the reconstruction term reads and writes at a batch's entries, an empty row included."""
     rng = np.random.default_rng(4)
-    batch = sp.random(6, 25, density=0.3, format="csr", random_state=5, dtype=dtype)
-    batch.data[batch.indptr[4] : batch.indptr[5]] = 0  # document 4 empty
-    batch.eliminate_zeros()
+    batch = _batch_with_an_empty_document((6, 25), 0.3, 5, dtype, empty=4)
     table, scale = rng.normal(size=(6, 25)).astype(dtype), rng.normal(size=6).astype(dtype)
     totals, dots = np.full(6, np.nan, dtype), np.full(6, np.nan, dtype)
     bag_totals_and_dots(batch.indptr, batch.indices, batch.data, table, totals, dots)

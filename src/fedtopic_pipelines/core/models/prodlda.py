@@ -228,6 +228,13 @@ def csr_from_arrays(
         )
 
 
+def _compiled_loops(bow: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether a batch goes through the compiled loops of core/rows.py: a sparse CSR batch on the
+    CPU in ``other``'s floating type (a dense batch, as sample-level DP-SGD's ``vmap`` gives, or
+    an accelerator takes dense torch operations)."""
+    return bow.layout == torch.sparse_csr and bow.device.type == "cpu" and bow.dtype == other.dtype
+
+
 def dense_bow(bow: torch.Tensor) -> torch.Tensor:
     """A bag-of-words batch as a dense tensor (a sparse CSR batch, as the batch sources give it,
     densified once per pass)."""
@@ -269,7 +276,7 @@ def bag_linear(bow: torch.Tensor, table: torch.Tensor, bias: torch.Tensor | None
     faster than densifying it for a (units x words) product, at 13,729 words and 0.7 % non-zero,
     forward and backward, on a loaded host (docs/performance.md). Elsewhere, or for a dense batch (sample-level
     DP-SGD's ``vmap`` differentiates dense rows), it is a dense product."""
-    if bow.layout == torch.sparse_csr and bow.device.type == "cpu" and table.dtype == bow.dtype:
+    if _compiled_loops(bow, table):
         out = _BagTimesRows.apply(bow.crow_indices(), bow.col_indices(), bow.values(), table)
     else:
         out = dense_bow(bow) @ table
@@ -341,7 +348,7 @@ def _reconstruction(bow: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     p = softmax(logits). A sparse CSR batch never becomes a dense (batch x V) tensor
     (:class:`_SparseCountsNLL`); a dense one (sample-level DP-SGD's ``vmap``) goes through the
     log-softmax: one pass over the logits forward and one backward."""
-    if bow.layout == torch.sparse_csr and bow.device.type == "cpu" and bow.dtype == logits.dtype:
+    if _compiled_loops(bow, logits):
         return _SparseCountsNLL.apply(logits, bow.crow_indices(), bow.col_indices(), bow.values())
     return -torch.sum(dense_bow(bow) * F.log_softmax(logits, dim=1), dim=1)
 
