@@ -42,9 +42,12 @@ run: install
 	$(BIN)/kedro run
 
 # lint-imports: core/ imports one way down ([tool.importlinter] in pyproject.toml)
+# compileall: a host that sets PYTHONDONTWRITEBYTECODE would otherwise compile the project's
+# modules again in each of the suite's few hundred processes (kedro runs, benchmarks, Flower apps)
 test: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
+	$(BIN)/python -m compileall -q src tests bench
 	$(BIN)/pytest
 
 lint: install

@@ -134,8 +134,10 @@ def threads_policy(args) -> None:
     """Idle and loaded step times of every policy, interleaved; competitors started here."""
     results: dict[tuple[str, bool], list[float]] = {}
     threads_of: dict[str, int] = {}
+    # with no competitor the loaded pass would repeat the idle one: it is not run
+    passes = (False, True) if args.competitors else (False,)
     for _ in range(args.repeats):
-        for loaded in (False, True):
+        for loaded in passes:
             competitors = []
             if loaded:
                 burn = "while True: pass"
@@ -166,7 +168,7 @@ def threads_policy(args) -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for label, _, _ in POLICIES:
         idle = statistics.median(results[(label, False)])
-        busy = statistics.median(results[(label, True)])
+        busy = statistics.median(results[(label, passes[-1])])
         t = threads_of[label]
         # the cores it had idle against its fair share with the competitors: the slowdown a loss of CPU explains
         share = min(t, cores * t / (t + args.competitors))

@@ -61,6 +61,10 @@ QUOTE_ATTRIBUTION = re.compile(r"\bin article (?:\S+ ){1,30}?(?:writes|wrote|say
 # before a top-level domain, at most 5 of name after it
 _DOMAINS = "edu|com|org|net|gov|mil|uk|ca|de|au|nl|se|fi|no|ch|jp|za|nz|il|dk|at|be|fr"
 MAIL_ATTRIBUTION = re.compile(rf"\b(?:\S+ ){{1,4}}?(?:{_DOMAINS}) (?:\S+ ){{0,5}}?(?:writes|wrote)\b")
+_ATTRIBUTIONS = (
+    ("quote_attributions", QUOTE_ATTRIBUTION, ("writes", "wrote", "says")),
+    ("mail_attributions", MAIL_ATTRIBUTION, ("writes", "wrote")),
+)
 # what is left of a mail address's domain once its dots are gone (in signatures and bodies)
 ADDRESS_SUFFIX = re.compile(r"\b(?:edu|com|org|net|gov|mil)\b")
 
@@ -69,8 +73,12 @@ def strip_newsgroup_boilerplate(text: str, counts: Counter[str] | None = None) -
     """``text`` without quoting attributions and mail-address suffixes, spaces collapsed;
     ``counts`` (if given) adds how many of each were removed."""
     removed: Counter[str] = Counter()
-    for name, pattern in (("quote_attributions", QUOTE_ATTRIBUTION), ("mail_attributions", MAIL_ATTRIBUTION)):
-        text, n = pattern.subn(" ", text)
+    for name, pattern, verbs in _ATTRIBUTIONS:
+        # an attribution ends in one of its verbs: a post without them is not searched (a third of
+        # them), the costly part of stripping the corpus at every demo ingestion
+        n = 0
+        if any(verb in text for verb in verbs):
+            text, n = pattern.subn(" ", text)
         removed[name] += n
     text, removed["address_suffixes"] = ADDRESS_SUFFIX.subn(" ", text)
     if counts is not None:
