@@ -168,8 +168,11 @@ def threads_policy(args) -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for label, _, _ in POLICIES:
         idle = statistics.median(results[(label, False)])
-        busy = statistics.median(results[(label, passes[-1])])
         t = threads_of[label]
+        if not args.competitors:  # nothing competed: no loaded figures
+            print(f"| {label} | {t} | {1000 * idle:.0f} | - | - | - |")
+            continue
+        busy = statistics.median(results[(label, True)])
         # the cores it had idle against its fair share with the competitors: the slowdown a loss of CPU explains
         share = min(t, cores * t / (t + args.competitors))
         bound = min(t, cores) / share
