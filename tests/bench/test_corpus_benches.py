@@ -1,5 +1,5 @@
-"""Corpus, ingestion and scale benchmarks in their smoke mode: each a real subprocess run of
-the script (tests/bench/runner.py)."""
+"""Corpus, ingestion and scale benchmarks in their smoke mode: each script run in its own
+process as `__main__` (tests/bench/runner.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Training-speed and normalisation benchmarks in their smoke mode: each a real subprocess run of
-the script (tests/bench/runner.py)."""
+"""Training-speed and normalisation benchmarks in their smoke mode: each script run in its own
+process as `__main__` (tests/bench/runner.py)."""
 
 from __future__ import annotations
 
