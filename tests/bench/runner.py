@@ -52,9 +52,11 @@ def run_bench(script: str, *args: str, timeout: float = 300) -> str:
         process = _CONTEXT.Process(target=_main, args=(str(BENCH / script), list(args), env, str(out), str(err)))
         process.start()
         process.join(timeout)
-        if process.is_alive():
+        timed_out = process.is_alive()
+        if timed_out:
             process.kill()
             process.join()
         stdout, stderr = out.read_text(), err.read_text()
+    assert not timed_out, f"{script} ran past {timeout} s and was killed\n" + stdout[-3000:] + stderr[-5000:]
     assert process.exitcode == 0, stdout[-3000:] + stderr[-5000:]
     return stdout
