@@ -34,10 +34,12 @@ def _main(script: str, args: list[str], env: dict[str, str], out: str, err: str)
     code = 0
     try:
         runpy.run_path(script, run_name="__main__")
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if not isinstance(stop.code, int) and stop.code is not None:
+    except SystemExit as stop:  # as the interpreter does: None is 0, a message is printed and 1
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:
             print(stop.code, file=sys.stderr)
+            code = 1
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

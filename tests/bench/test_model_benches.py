@@ -1,6 +1,5 @@
 """Benchmarks of each family against its centralized anchor, and of evaluation, in their smoke
-mode: each script run in its own
-process as `__main__` (tests/bench/runner.py)."""
+mode: each script run in its own process as `__main__` (tests/bench/runner.py)."""
 
 from __future__ import annotations
 
