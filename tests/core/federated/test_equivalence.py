@@ -64,8 +64,10 @@ def _train(
         (torch.float64, OptimizerConfig(), 1e-10, CONFIG),
         (torch.float64, OptimizerConfig(name="sgd", lr=0.01), 1e-10, CONFIG),
         # float32 rounding that Adam amplifies where a first-layer gradient is near its eps
-        # (docs/batchnorm.md); 1.4e-5 measured, and float64 below agrees to 1e-10
-        (torch.float32, OptimizerConfig(), 5e-5, LAYER),
+        # (docs/batchnorm.md): 1.4e-5 measured with torch's operations, 5.7e-5 with the compiled
+        # encoder tail (core/models/fused.py: other products, other rounding; every other
+        # parameter within 6e-7), and float64 below agrees to 1e-10
+        (torch.float32, OptimizerConfig(), 1e-4, LAYER),
         (torch.float64, OptimizerConfig(), 1e-10, LAYER),
     ],
     ids=["adam-float32", "adam-float64", "sgd-eq3-float64", "layernorm-adam-float32", "layernorm-adam-float64"],

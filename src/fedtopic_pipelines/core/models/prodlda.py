@@ -33,6 +33,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from fedtopic_pipelines.core.config import ProdLDAConfig
+from fedtopic_pipelines.core.models.fused import EncoderTail
 from fedtopic_pipelines.core.rows import add_bag_rows, bag_times_rows, bag_totals_and_dots, subtract_bag
 
 
@@ -533,12 +534,50 @@ class ProdLDA(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-document reconstruction and KL terms of ``batch`` with the given draws (what
         ``torch.func`` differentiates document by document for sample-level DP-SGD)."""
+        bow = self._bow(batch)
+        if self._fused(bow):
+            theta, kl = self._fused_tail(batch, draws)
+            return _reconstruction(bow, self.decoder_logits(theta, stats)), kl
         mu, log_var = self.encode(batch, draws.encoder_keep, stats)
         theta = F.softmax(mu + draws.eps * torch.exp(0.5 * log_var), dim=1)
         if self.training:
             theta = _dropout(theta, draws.theta_keep, self.config.dropout)
-        rl = _reconstruction(self._bow(batch), self.decoder_logits(theta, stats))
+        rl = _reconstruction(bow, self.decoder_logits(theta, stats))
         return rl, self._kl(mu, log_var)
+
+    def _fused(self, bow: torch.Tensor) -> bool:
+        """Whether a pass takes the compiled encoder tail (core/models/fused.py): a sparse CSR batch
+        on the CPU (as the compiled loops of the first layer), one hidden layer after the first,
+        per-document LayerNorm on mu and log-variance. Anything else (BatchNorm, a dense batch such
+        as sample-level DP-SGD's per-document ``vmap``, an accelerator) goes through torch."""
+        return (
+            _compiled_loops(bow, self.beta)
+            and len(self.hidden) == 2
+            and isinstance(self.mu_bn, DocumentNorm)
+            and isinstance(self.sigma_bn, DocumentNorm)
+        )
+
+    def _fused_tail(self, batch: torch.Tensor, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
+        """theta and each document's KL term through :class:`EncoderTail`: the same function as
+        :meth:`encode`, the draw and :meth:`_kl`."""
+        middle = self.hidden[1]
+        dropout = self.training and self.config.dropout > 0.0
+        return EncoderTail.apply(
+            self._encoder_input(batch),
+            middle.weight,
+            middle.bias,
+            self.f_mu.weight,
+            self.f_mu.bias,
+            self.f_sigma.weight,
+            self.f_sigma.bias,
+            self.prior_variance,
+            self.prior_mean,
+            draws.eps,
+            draws.encoder_keep if dropout else None,
+            draws.theta_keep if dropout else None,
+            1.0 - self.config.dropout,
+            self.config.activation == "relu",
+        )
 
     def _negative_elbo(
         self, bow: torch.Tensor, generator: torch.Generator | None, stats: dict[str, torch.Tensor] | None
