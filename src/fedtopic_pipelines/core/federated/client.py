@@ -60,7 +60,11 @@ class FamilyClient:
         self.validation = validation
         self.validation_seed = validation_seed
         self.shared = family.shared_names(model)
-        self.local = [name for name, _ in model.named_parameters() if name not in set(self.shared)]
+        # the model's parameters by name, once: a module's parameters are fixed once it is built
+        # (a broadcast replaces their data, not them), and walking the module tree for them every
+        # round cost 3 % of a 32-document ProdLDA round
+        self.params = dict(model.named_parameters())
+        self.local = [name for name in self.params if name not in set(self.shared)]
         self.next_round = 0
 
     def handle(self, instruction: Instruction) -> Update:
@@ -141,7 +145,7 @@ class FamilyClient:
         (``in_place``) or a family whose local step only reads them (``reads_broadcast``:
         Word2Vec, FedNMF exact) takes them as they are, without a copy (in one process a copy
         of every shared tensor per client and round: 7 % of a 32-document ProdLDA step)."""
-        params = dict(self.model.named_parameters())
+        params = self.params
         with torch.no_grad():
             for name in self.shared:
                 if in_place or self.family.capabilities.reads_broadcast:
@@ -178,7 +182,7 @@ class FamilyClient:
         if saved is None:
             return  # it has not trained before this round: its initial local parameters are right
         round_, state = saved
-        params = dict(self.model.named_parameters())
+        params = self.params
         with torch.no_grad():
             for name in self.local:
                 params[name].copy_(state[name])
@@ -194,7 +198,7 @@ class FamilyClient:
         job = instruction.config.get("job")
         if not self.local or self.local_states is None or not job:
             return
-        params = dict(self.model.named_parameters())
+        params = self.params
         checkpointed = int(instruction.config.get("checkpointed", 0))
         self.local_states.save(str(job), instruction.round, {n: params[n] for n in self.local}, checkpointed)
 
@@ -220,7 +224,7 @@ class FamilyClient:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The stream's position, the next round and the local parameters, as tensors (Flower
         keeps them between messages; a ClientApp may be rebuilt for every message)."""
-        params = dict(self.model.named_parameters())
+        params = self.params
         return {
             **{f"stream.{k}": v for k, v in self.stream.state_dict().items()},
             **{f"local.{name}": params[name].detach().cpu().clone() for name in self.local},
@@ -229,7 +233,7 @@ class FamilyClient:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.stream.load_state_dict({k.removeprefix("stream."): v for k, v in state.items() if k.startswith("stream.")})
-        params = dict(self.model.named_parameters())
+        params = self.params
         with torch.no_grad():
             for name in self.local:
                 params[name].copy_(state[f"local.{name}"])
