@@ -101,6 +101,8 @@ def _rows(index, values=None, name="emb") -> Update:
         (_rows([3, 1]), "must increase"),
         (_rows([1, 2], torch.ones(3, 3)), "shape"),
         (_rows([1], name="other"), "unknown tensors"),
+        (_rows([1, 2], torch.tensor([[0.0, float("nan"), 0.0], [1.0, 1.0, 1.0]])), "sparse rows 'emb' contains NaN"),
+        (_rows([1, 2], torch.tensor([[0.0, 0.0, 0.0], [float("-inf"), 1.0, 1.0]])), "sparse rows 'emb' contains NaN"),
         (Update("org", SPARSE, {"emb": torch.ones(1, 3)}, 2, row_indices={"emb": torch.tensor([1.0])}), "int64"),
         (Update("org", SPARSE, {"emb": torch.ones(1, 3)}, 2), "row indices for"),
     ],
