@@ -242,8 +242,8 @@ def test_engine_switch_trains_prodlda_and_word2vec_on_flower_equal_to_in_process
     w2v_in_process = json.loads(w2v_history.read_text())["federated"]
     data = {org: smoke_run / "data/01_raw/organisations" / org for org in orgs}
     with LocalFederation(tmp_path / "federation", data) as federation:
-        flower = (
-            "train.flower.local_steps.rounds=5,train.mlflow_every=1,train.engine=flower,"
+        flower = (  # train.max_steps: the in-process scenarios' (Flower's federated takes its schedule's rounds)
+            "train.flower.local_steps.rounds=5,train.max_steps=5,train.mlflow_every=1,train.engine=flower,"
             f"train.flower.federation_dir={federation.root},{steps},"
             f"word2vec.train.engine=flower,word2vec.train.flower.federation_dir={federation.root}"
         )
