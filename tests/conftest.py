@@ -53,6 +53,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (-slow[item.path], first[item.path], order[id(item)]))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the workers start (xdist's controller, or the only process): one tiny ProdLDA step,
+    so that numba compiles the topic models' loops once and caches them in this tree's
+    ``__pycache__`` folders; the project copies that tests run ``kedro run`` in take that cache
+    with them (:func:`tests.test_end_to_end._copy_project`) instead of compiling again (about 10 s
+    of CPU per copy)."""
+    if hasattr(config, "workerinput"):
+        return
+    import torch
+
+    from fedtopic_pipelines.core.config import ProdLDAConfig
+    from fedtopic_pipelines.core.models.prodlda import ProdLDA, csr_tensor
+
+    model = ProdLDA.create(8, ProdLDAConfig(n_topics=2, hidden_sizes=(3, 3), normalization="layer"), seed=0).train()
+    batch = csr_tensor(sp.csr_matrix(np.eye(2, 8, dtype=np.float32)))
+    model.loss_on_batch(batch, torch.Generator().manual_seed(0)).loss.backward()
+
+
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # One compute thread per test process (and the processes tests start): `make test` runs one

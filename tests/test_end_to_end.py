@@ -27,7 +27,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _copy_project(dest: Path) -> Path:
-    """The working tree (tracked and new files, not ignored ones) plus the demo wheel."""
+    """The working tree (tracked and new files, not ignored ones), numba's caches of its loops and
+    the demo wheel."""
     files = (
         subprocess.run(
             ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -42,6 +43,10 @@ def _copy_project(dest: Path) -> Path:
         if (PROJECT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PROJECT / name, dest / name)
+    for cache in (PROJECT / "src").rglob("__pycache__/*.nb[ic]"):  # numba's compiled loops (conftest warms them)
+        target = dest / cache.relative_to(PROJECT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(cache, target)
     assert DEMO_WHEEL.is_file(), f"{DEMO_WHEEL} is missing: run 'make install'"
     (dest / ".cache" / "demo").mkdir(parents=True)
     (dest / ".cache" / "demo" / DEMO_WHEEL.name).symlink_to(DEMO_WHEEL)
