@@ -16,7 +16,7 @@ from flwr.server.strategy.aggregate import (
 
 from fedtopic_pipelines.core.config import ConfigError
 from fedtopic_pipelines.core.federated.aggregation import weighted_mean
-from fedtopic_pipelines.core.privacy.robust import outliers, robust_aggregate, total_norm, update_norms
+from fedtopic_pipelines.core.privacy.robust import outliers, robust_aggregate, update_norms
 
 SHAPES = {"beta": (6, 4), "bias": (5,), "cube": (2, 3, 2), "scale": ()}
 
@@ -206,17 +206,3 @@ def test_outliers_edge_cases() -> None:
     assert outliers([1.0, math.nan, math.inf, 1.0, 1.0]) == [1, 2]
     with pytest.raises(ConfigError, match="'privacy.outlier_factor'"):
         outliers([1.0], factor=0.0)
-
-
-def test_total_norm_is_read_again_only_while_the_tensors_are_unchanged() -> None:
-    """Validation and the screen ask for the same update's norm; the second asking reads the
-    first's value, unless a tensor changed in place or is another object."""
-    a, b = torch.tensor([3.0, 0.0]), torch.tensor([[4.0]])
-    assert total_norm([a, b]) == pytest.approx(5.0)
-    assert total_norm([a, b]) == pytest.approx(5.0)
-    b.mul_(2.0)  # in place: a new version, so measured again
-    assert total_norm([a, b]) == pytest.approx(math.sqrt(9.0 + 64.0))
-    a[0] = float("nan")
-    assert math.isnan(total_norm([a, b]))
-    assert total_norm([torch.tensor([6.0, 8.0])]) == pytest.approx(10.0)
-    assert total_norm([]) == 0.0

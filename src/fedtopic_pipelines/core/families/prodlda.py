@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -32,24 +31,6 @@ from fedtopic_pipelines.core.models.prodlda import PassComplete, PooledPass, Pro
 from fedtopic_pipelines.core.privacy.dpsgd import private_gradient
 
 VALIDATION_CHUNK = 1024
-# Each model's shared parameters by name, found once: a module's parameters are fixed once it is
-# built (a broadcast replaces their data, not them). Walking the module tree for them, for
-# zero_grad and for train() at every step cost 8 % of a 32-document federated step.
-_SHARED: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, nn.Parameter]]] = weakref.WeakKeyDictionary()
-_ALL: weakref.WeakKeyDictionary[nn.Module, list[nn.Parameter]] = weakref.WeakKeyDictionary()
-
-
-def _start_step(model: nn.Module) -> None:
-    """Training mode and no gradients, as ``model.train(); model.zero_grad(set_to_none=True)``
-    leave them, without walking the module tree when the model is already training (the family
-    only ever switches the whole model, and back: ``ProdLDA._eval_mode``)."""
-    if not model.training:
-        model.train()
-    parameters = _ALL.get(model)
-    if parameters is None:
-        parameters = _ALL[model] = list(model.parameters())
-    for parameter in parameters:
-        parameter.grad = None
 
 
 class BagOfWordsData(Declared):
@@ -95,7 +76,8 @@ class ProdLDAFamily(BagOfWordsData):
         on the batch it is in, so the ghost batches go through the model as one batch (each with its
         own draws, :meth:`ProdLDA.loss_on_union`): the same loss and gradient up to float rounding, in
         one pass instead of one per ghost batch."""
-        _start_step(model)
+        model.train()
+        model.zero_grad(set_to_none=True)
         batches = stream.next_batches()
         if len(batches) > 1 and not model.config.batch_coupled():
             parts = [model.loss_on_union(batches)]
@@ -146,11 +128,8 @@ class ProdLDAFamily(BagOfWordsData):
 
     def _shared_grads(self, model: ProdLDA) -> dict[str, torch.Tensor]:
         """The gradients that leave: only the shared parameters' (a subclass may keep some local)."""
-        shared = _SHARED.get(model)
-        if shared is None:
-            names = set(self.shared_names(model))
-            shared = _SHARED[model] = [(name, p) for name, p in model.named_parameters() if name in names]
-        return {name: p.grad.detach() for name, p in shared}
+        shared = set(self.shared_names(model))
+        return {name: p.grad.detach() for name, p in model.named_parameters() if name in shared}
 
     def _union_step(self, model: ProdLDA, stream: BatchSource | GhostBatchSource) -> LocalStep:
         model.zero_grad(set_to_none=True)

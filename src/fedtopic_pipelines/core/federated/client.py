@@ -61,8 +61,7 @@ class FamilyClient:
         self.validation_seed = validation_seed
         self.shared = family.shared_names(model)
         # the model's parameters by name, once: a module's parameters are fixed once it is built
-        # (a broadcast replaces their data, not them), and walking the module tree for them every
-        # round cost 3 % of a 32-document ProdLDA round
+        # (a broadcast replaces their data, not them)
         self.params = dict(model.named_parameters())
         self.local = [name for name in self.params if name not in set(self.shared)]
         self.next_round = 0

@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-LAYER_NORM_EPS = 1e-5  # F.layer_norm's default, as DocumentNorm uses it
 NO_MASK = np.empty((0, 0), dtype=np.bool_)
 
 
@@ -39,8 +38,8 @@ def _drop(x: np.ndarray, keep: np.ndarray, kept: float) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def _layer_norm(x: np.ndarray, rstd: np.ndarray) -> None:
-    """Affine-free LayerNorm of each row in place (biased variance), keeping 1 / std per row."""
+def _layer_norm(x: np.ndarray, rstd: np.ndarray, eps: float) -> None:
+    """Affine-free LayerNorm of each row in place (biased variance, ``eps`` added to it), keeping 1 / std per row."""
     rows, columns = x.shape
     for i in range(rows):
         mean = 0.0
@@ -51,7 +50,7 @@ def _layer_norm(x: np.ndarray, rstd: np.ndarray) -> None:
         for j in range(columns):
             diff = x[i, j] - mean
             var += diff * diff
-        r = 1.0 / np.sqrt(var / columns + LAYER_NORM_EPS)
+        r = 1.0 / np.sqrt(var / columns + eps)
         rstd[i] = r
         for j in range(columns):
             x[i, j] = (x[i, j] - mean) * r
@@ -86,10 +85,11 @@ def encoder_heads(
     keep_hidden: np.ndarray,
     keep_theta: np.ndarray,
     kept: float,
+    norm_eps: float,
 ) -> tuple:
     """Forward from the last hidden layer's activations ``h2``: theta (documents x topics), each
     document's KL, and what the backward needs. ``w*``/``b*`` as ``nn.Linear`` stores them (out x
-    in); ``keep_*``: dropout masks (empty: none), ``kept`` = 1 - p."""
+    in); ``keep_*``: dropout masks (empty: none), ``kept`` = 1 - p; ``norm_eps``: the LayerNorm's epsilon."""
     d = h2.copy()
     _drop(d, keep_hidden, kept)
     mu = np.dot(d, w_mu.T) + b_mu
@@ -97,8 +97,8 @@ def encoder_heads(
     n, k = mu.shape
     rstd_mu = np.empty(n, dtype=h2.dtype)
     rstd_sigma = np.empty(n, dtype=h2.dtype)
-    _layer_norm(mu, rstd_mu)
-    _layer_norm(log_var, rstd_sigma)
+    _layer_norm(mu, rstd_mu, norm_eps)
+    _layer_norm(log_var, rstd_sigma, norm_eps)
     noise = np.empty_like(mu)
     shares = np.empty_like(mu)
     theta = np.empty_like(mu)
@@ -216,6 +216,7 @@ class EncoderTail(torch.autograd.Function):
         keep_theta: torch.Tensor | None,
         kept: float,
         relu: bool,
+        norm_eps: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         a0, w2 = a0.detach(), w2.detach()
         h1 = _activate(a0, relu)
@@ -235,6 +236,7 @@ class EncoderTail(torch.autograd.Function):
             _array(eps),
             *masks,
             kept,
+            norm_eps,
         )
         # numpy arrays and detached tensors, not saved tensors: nothing modifies them before the backward
         ctx.saved = (w_mu_, w_sigma_, prior_mean_, prior_var_, *masks, kept, *out[2:])  # type: ignore[attr-defined]
@@ -249,4 +251,4 @@ class EncoderTail(torch.autograd.Function):
         a0, w2, h1, a1, h2, relu = ctx.layers  # type: ignore[attr-defined]
         grad_a1 = _through_activation(grad_h2, a1, h2, relu)
         grad_a0 = _through_activation(grad_a1 @ w2, a0, h1, relu)
-        return grad_a0, grad_a1.t() @ h1, grad_a1.sum(0), w_mu, b_mu, w_sigma, b_sigma, prior, *(None,) * 6
+        return grad_a0, grad_a1.t() @ h1, grad_a1.sum(0), w_mu, b_mu, w_sigma, b_sigma, prior, *(None,) * 7

@@ -555,6 +555,7 @@ class ProdLDA(nn.Module):
             and len(self.hidden) == 2
             and isinstance(self.mu_bn, DocumentNorm)
             and isinstance(self.sigma_bn, DocumentNorm)
+            and self.mu_bn.eps == self.sigma_bn.eps
         )
 
     def _fused_tail(self, batch: torch.Tensor, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
@@ -577,6 +578,7 @@ class ProdLDA(nn.Module):
             draws.theta_keep if dropout else None,
             1.0 - self.config.dropout,
             self.config.activation == "relu",
+            self.mu_bn.eps,
         )
 
     def _negative_elbo(

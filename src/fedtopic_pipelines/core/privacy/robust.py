@@ -25,8 +25,6 @@ from __future__ import annotations
 import math
 import numbers
 import statistics
-import weakref
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -190,40 +188,12 @@ def _krum(
     return RobustResult(out, kept, scores)
 
 
-_RECENT_NORMS: OrderedDict[tuple[int, ...], tuple[tuple[weakref.ref, ...], tuple[int, ...], float]] = OrderedDict()
-_RECENT_LIMIT = 64
-
-
-def total_norm(tensors: Sequence[torch.Tensor]) -> float:
-    """The L2 norm of ``tensors`` together, each in its own precision, in one fused call (torch's
-    ``foreach`` norms); NaN or Inf when one holds a NaN or Inf.
-
-    The server asks twice for the same update: validation tests it finite, then the screen
-    compares its size with the round's. The last values are kept by the tensors' identity and
-    version (weak references: a kept value never keeps an update alive; an in-place change, or
-    another tensor at a freed one's address, is a miss), so the second asking reads the first's
-    result instead of passing over every value again (a pass over 2.8 MB per organisation and
-    round of federated Word2Vec)."""
-    if not tensors:
-        return 0.0
-    key = tuple(id(t) for t in tensors)
-    versions = tuple(t._version for t in tensors)
-    kept = _RECENT_NORMS.get(key)
-    if kept is not None and kept[1] == versions and all(r() is t for r, t in zip(kept[0], tensors, strict=True)):
-        return kept[2]
-    value = float(get_total_norm(list(tensors), foreach=True))
-    _RECENT_NORMS[key] = (tuple(weakref.ref(t) for t in tensors), versions, value)
-    if len(_RECENT_NORMS) > _RECENT_LIMIT:
-        _RECENT_NORMS.popitem(last=False)
-    return value
-
-
 def update_norms(tensors: Sequence[Mapping[str, torch.Tensor]], exact: bool = True) -> list[float]:
     """The L2 norm of each client's whole update (all tensors together): summed in float64, or
     (``exact=False``, for a screen that compares norms with 10x a median) in each tensor's own
-    precision, 1e-6 relative in float32 (:func:`total_norm`)."""
+    precision, 1e-6 relative in float32, in one fused call per update (torch's ``foreach`` norms)."""
     if not exact:
-        return [total_norm(list(u.values())) for u in tensors]
+        return [float(get_total_norm(list(u.values()), foreach=True)) if u else 0.0 for u in tensors]
     return [
         math.sqrt(math.fsum(float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2 for t in u.values()))
         for u in tensors
