@@ -1,3 +1,4 @@
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -8,6 +9,7 @@ from fedtopic_pipelines.core.rows import (
     bag_times_rows,
     bag_totals_and_dots,
     distinct_positions,
+    prefetch_row,
     subtract_bag,
 )
 
@@ -73,3 +75,25 @@ def test_a_bags_totals_dots_with_its_own_rows_and_subtraction_are_the_dense_ones
     out = table.copy()
     subtract_bag(batch.indptr, batch.indices, batch.data, scale, out)
     np.testing.assert_allclose(out, table - scale[:, None] * batch.toarray(), rtol=tolerance, atol=tolerance)
+
+
+@numba.njit
+def _sum_rows_with_prefetch(table: np.ndarray, order: np.ndarray) -> float:
+    total = 0.0
+    for n in range(len(order)):
+        if n + 1 < len(order):
+            prefetch_row(table, order[n + 1])
+        total += table[order[n]].sum()
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("width", [1, 15, 100, 257])
+def test_a_prefetched_row_reads_back_unchanged(dtype: type, width: int) -> None:
+    """The prefetch hint compiles for each table type and width (rows shorter or longer than a
+    cache line, the last row included) and leaves every value as it was."""
+    table = np.arange(40 * width, dtype=dtype).reshape(40, width)
+    before = table.copy()
+    order = np.random.default_rng(width).permutation(40)
+    assert _sum_rows_with_prefetch(table, order) == pytest.approx(float(before.sum()))
+    assert np.array_equal(table, before)

@@ -84,6 +84,20 @@ def test_the_compiled_step_in_float32_matches_the_tensor_path() -> None:
         assert torch.allclose(compiled.values[name], tensors.values[name], rtol=1e-4, atol=1e-7)
 
 
+def test_the_compiled_loss_stays_finite_with_more_negatives_than_a_float64_product_holds() -> None:
+    """The loop logs a pair's product of factors 1 + e^-|x| (each near 2 here) once; 1,200
+    negatives would overflow that product (2^1201) unless it is logged in parts."""
+    model = _model(vocab=50, dim=4)
+    g = torch.Generator().manual_seed(5)
+    batch = PairBatch(
+        torch.randint(0, 50, (3,), generator=g),
+        torch.randint(0, 50, (3,), generator=g),
+        torch.randint(0, 50, (3, 1200), generator=g),
+    )
+    expected = pair_losses(model.input[batch.centers], model.output[batch.contexts], model.output[batch.negatives])
+    assert sparse_step(model, [batch], grad=False).loss == pytest.approx(expected.mean().item(), rel=1e-12)
+
+
 def test_the_alias_sampler_draws_each_word_with_its_probability() -> None:
     probabilities = torch.tensor([0.5, 0.0, 0.2, 0.25, 0.05])
     sampler = NoiseSampler(probabilities)

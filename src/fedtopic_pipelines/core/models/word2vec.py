@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedtopic_pipelines.core.config import Word2VecConfig
-from fedtopic_pipelines.core.rows import distinct_positions
+from fedtopic_pipelines.core.rows import distinct_positions, prefetch_row
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,9 @@ def pair_losses(u: torch.Tensor, v: torch.Tensor, n: torch.Tensor) -> torch.Tens
 
 
 CHUNK = 512  # pairs computed together inside a batch
+# the pair whose rows the compiled loop requests while it computes the current one: 2 ahead
+# measured 1.2-1.3x on the loop at 100 and 200 dimensions, 1 and 4 ahead less (docs/performance.md)
+PREFETCH_DISTANCE = 2
 
 
 @dataclass
@@ -205,16 +208,31 @@ def _pair_kernel(
     ``negatives`` is (B, K), or (1, K) shared by every pair. Each pair costs
     softplus(-u.v) + sum_k softplus(u.n_k); the derivative of softplus is sigma. Arithmetic
     is in the tables' precision (``one`` is 1 in it: a float64 literal would widen float32
-    work, 2.5x slower); the batch's loss is summed in float64.
+    work, 2.5x slower); the batch's loss is summed in float64, its log terms as one log of a
+    pair's product of the factors 1 + e^-|x| (each in (1, 2]; a log per target was 1.18x the
+    loop's time, docs/performance.md).
     """
-    b, dim = len(centres), u_table.shape[1]
+    b, dim, k = len(centres), u_table.shape[1], negatives.shape[1]
     shared = negatives.shape[0] == 1
     total = 0.0
     for i in range(b):
         uc = u_table[centres[i]]
         du_row = du[ic[i]] if grad else uc
         row = 0 if shared else i
-        for j in range(negatives.shape[1] + 1):
+        ahead = i + PREFETCH_DISTANCE
+        if ahead < b:  # a later pair's rows requested now, so they are in cache when it comes
+            later = 0 if shared else ahead
+            prefetch_row(u_table, centres[ahead])
+            prefetch_row(v_table, contexts[ahead])
+            for j in range(k):
+                prefetch_row(v_table, negatives[later, j])
+            if grad:
+                prefetch_row(du, ic[ahead])
+                prefetch_row(dv, io[ahead])
+                for j in range(k):
+                    prefetch_row(dv, ineg[later, j])
+        product = 1.0  # of the pair's factors 1 + e^-|x|, logged once below
+        for j in range(k + 1):
             vw = v_table[contexts[i] if j == 0 else negatives[row, j - 1]]
             score = uc[0] * vw[0]
             for d in range(1, dim):
@@ -222,7 +240,11 @@ def _pair_kernel(
             x = -score if j == 0 else score
             # softplus(x) = max(x, 0) + log(1 + e^-|x|) and sigma(x), without overflow on either side
             e = np.exp(-abs(x))
-            total += max(x, 0 * one) + np.log1p(e)
+            total += max(x, 0 * one)
+            product *= 1.0 + e
+            if product > 1e300:  # past 996 factors of 2: logged before it could overflow
+                total += np.log(product)
+                product = 1.0
             sigma = one / (one + e) if x > 0 else e / (one + e)
             if grad:
                 g = (-sigma if j == 0 else sigma) * weight
@@ -230,6 +252,7 @@ def _pair_kernel(
                 for d in range(dim):
                     du_row[d] += g * vw[d]
                     dv_row[d] += g * uc[d]
+        total += np.log(product)
     return total
 
 
