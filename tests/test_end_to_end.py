@@ -15,6 +15,7 @@ import pytest
 
 from fedtopic_pipelines.experiments.config import FEDNMF_METHODS
 from tests.conftest import DEMO_WHEEL, PROJECT, WORDS
+from tests.forked import run_python
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
@@ -53,15 +54,24 @@ def _copy_project(dest: Path) -> Path:
     return dest
 
 
+def _command(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``args`` run in ``cwd``: ``kedro`` forked from the suite's preloaded server (tests/forked.py:
+    the same console script and command line, without 5-7 CPU-s of library imports), any other
+    program as a subprocess."""
+    if args[0] == str(BIN / "kedro"):
+        return run_python(args[0], args[1:], cwd, env, timeout)
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(args, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=600)
+    result = _command(args, cwd, _env(**env), 600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
 
 
 def _run_failing(args: list[str], cwd: Path) -> str:
     """Run a command that must fail; return what it printed."""
-    result = subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300)
+    result = _command(args, cwd, _env(), 300)
     assert result.returncode != 0, result.stdout[-2000:]
     return result.stdout + result.stderr
 
