@@ -20,6 +20,7 @@ import runpy
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 PRELOAD = [
@@ -59,8 +60,6 @@ def _main(script: str, args: list[str], cwd: str, env: dict[str, str], out: str,
             print(stop.code, file=sys.stderr)
             code = 1
     except BaseException:  # as the interpreter does: the traceback on stderr, exit status 1
-        import traceback
-
         traceback.print_exc()
         code = 1
     finally:

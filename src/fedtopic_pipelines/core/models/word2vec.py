@@ -73,7 +73,8 @@ def pair_losses(u: torch.Tensor, v: torch.Tensor, n: torch.Tensor) -> torch.Tens
 
 CHUNK = 512  # pairs computed together inside a batch
 # the pair whose rows the compiled loop requests while it computes the current one: 2 ahead
-# measured 1.2-1.3x on the loop at 100 and 200 dimensions, 1 and 4 ahead less (docs/performance.md)
+# measured 1.2-1.3x on the loop at 100 and 200 dimensions, 1 ahead the same within the noise,
+# 4 ahead with a wider spread (docs/performance.md)
 PREFETCH_DISTANCE = 2
 
 
