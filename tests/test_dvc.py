@@ -75,5 +75,5 @@ def test_smoke_synthetic_sweep_through_dvc_with_nested_mlflow_runs(tmp_path: Pat
     assert parent.data.params["synthetic.generator.n_topics"] == "6"
     assert "dss.scenario.federated" in children[0].data.metrics
 
-    output = _run_failing([str(BIN / "kedro"), "run", "--pipeline=synthetic", "--params=synthetic.sweep=C"], project)
+    output = _run_failing([str(BIN / "kedro"), "run", "--pipelines=synthetic", "--params=synthetic.sweep=C"], project)
     assert "parameter 'synthetic.sweep' is 'C'" in output

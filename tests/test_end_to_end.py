@@ -156,7 +156,7 @@ def test_fednmf_is_one_parent_mlflow_run_with_a_nested_run_per_model(smoke_run: 
     per method and number of topics in the real MLflow store."""
     from mlflow.tracking import MlflowClient
 
-    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=fednmf"], smoke_run)
+    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipelines=fednmf"], smoke_run)
     report = smoke_run / "data/08_reporting/fednmf"
     metrics = json.loads((report / "metrics.json").read_text())
     assert set(metrics["table4"]) == set(FEDNMF_METHODS) and "claims" in metrics
@@ -183,7 +183,7 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
 
     from fedtopic_pipelines.core.privacy.accountant import gaussian_privacy
 
-    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=pctd"], smoke_run)
+    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipelines=pctd"], smoke_run)
     report = smoke_run / "data/08_reporting/pctd"
     metrics = json.loads((report / "metrics.json").read_text())
     orgs = ["computers", "recreation", "science", "politics_religion", "misc_forsale"]
@@ -328,7 +328,7 @@ def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
     assert set(metrics["models"]["federated"]["organisations"]) == {"north", "south", "east"}
     # a missing text column stops with the file and parameter named
     (env_dir / "parameters.yml").write_text((env_dir / "parameters.yml").read_text().replace("content", "body"))
-    output = _run_failing([str(BIN / "kedro"), "run", "--env=mycorpus", "--pipeline=ingest"], project)
+    output = _run_failing([str(BIN / "kedro"), "run", "--env=mycorpus", "--pipelines=ingest"], project)
     assert "sites.jsonl' has no column 'body'" in output
 
 
@@ -356,7 +356,7 @@ def test_wikipedia_corpus_out_of_the_box_through_the_whole_chain(tmp_path: Path)
     assert 1 <= len(shards) <= report["units"]
     assert sum(len(pd.read_parquet(p)) for p in shards) == sum(report["kept"]["biology"].values())
     # a second run resumes: finished units are not parsed again
-    _run([str(BIN / "kedro"), "run", "--env=wikismoke", "--pipeline=ingest_wikipedia"], project)
+    _run([str(BIN / "kedro"), "run", "--env=wikismoke", "--pipelines=ingest_wikipedia"], project)
     again = json.loads((project / "data/08_reporting/ingestion_wikipedia.json").read_text())
     assert again["resumed_units"] == again["units"] == report["units"]
     assert again["kept"] == report["kept"]
@@ -374,11 +374,11 @@ def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> 
         .read_text()
         .replace("\ntrain:\n", "\ntrain:\n  scenarios: [fedrated]\n", 1)
     )
-    output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=train"], project)
+    output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--pipelines=train"], project)
     assert "parameter 'train.scenarios[0]' is 'fedrated'" in output
     # a misspelt block is named before anything runs
     output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--params=trian.max_steps=5"], project)
     assert "unknown parameter block(s) ['trian']" in output
     # the organisations shape the pipelines: they come from an environment, not --params
-    output = _run_failing([str(BIN / "kedro"), "run", "--pipeline=train", "--params=corpus=table"], project)
+    output = _run_failing([str(BIN / "kedro"), "run", "--pipelines=train", "--params=corpus=table"], project)
     assert "parameter 'corpus' cannot be changed with --params" in output

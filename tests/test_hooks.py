@@ -205,7 +205,7 @@ def test_a_second_kedro_run_in_the_same_folder_is_refused_before_it_starts_anyth
     first.acquire("kedro run, pipeline train@local")  # what a running `kedro run` holds
     try:
         result = subprocess.run(
-            [str(BIN / "kedro"), "run", "--env=smoke", "--pipeline=ingest_demo"],
+            [str(BIN / "kedro"), "run", "--env=smoke", "--pipelines=ingest_demo"],
             cwd=project,
             env=_env(COLUMNS="300"),
             capture_output=True,

@@ -44,7 +44,7 @@ def test_the_experiments_blocks_are_checked_with_the_others() -> None:
 
 
 def test_validating_every_block_loads_no_training_stack() -> None:
-    """The Kedro hook validates before ``--pipeline=ingest`` runs, which must not import torch."""
+    """The Kedro hook validates before ``--pipelines=ingest`` runs, which must not import torch."""
     code = (
         "import sys\n"
         "from fedtopic_pipelines.parameters import validate_parameters\n"

@@ -1,4 +1,4 @@
-"""The registry builds only what a run asks for: ``--pipeline=ingest`` never imports torch."""
+"""The registry builds only what a run asks for: ``--pipelines=ingest`` never imports torch."""
 
 from __future__ import annotations
 

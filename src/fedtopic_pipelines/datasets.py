@@ -253,7 +253,7 @@ class WordVectorsDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
 
         files = sorted(self._path.glob("*.txt"))
         if not files:
-            raise DatasetError(f"no word vectors at '{self._path}': run `kedro run --pipeline=word2vec` first")
+            raise DatasetError(f"no word vectors at '{self._path}': run `kedro run --pipelines=word2vec` first")
         return {f.stem: KeyedVectors.load_word2vec_format(str(f), binary=False) for f in files}
 
     def _save(self, data: dict[str, Any]) -> None:

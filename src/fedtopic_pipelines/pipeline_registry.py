@@ -78,7 +78,7 @@ def corpus_organisations(params: dict, corpus: str) -> list[str]:
 class LazyPipelines(Mapping[str, Pipeline]):
     """The registry's pipelines, each built (and its node modules imported) on first access.
 
-    Kedro looks up only the pipelines a run names, so ``kedro run --pipeline=ingest`` (what
+    Kedro looks up only the pipelines a run names, so ``kedro run --pipelines=ingest`` (what
     the DVC ``ingest`` stage runs) imports the ingestion modules and not torch, scikit-learn
     or matplotlib, which evaluation and training need: seconds on an idle machine, tens of
     seconds on a busy one. Iterating (``kedro registry list``, or the parameter validation

@@ -1,7 +1,7 @@
 """Mixed runs: every pipeline that reads another run's artefacts refuses them, naming what is stale.
 
 The chain runs once on the tiny corpus (the real pipelines, in memory); then one upstream
-pipeline runs again with other parameters, as ``kedro run --pipeline=<name> --params=...``
+pipeline runs again with other parameters, as ``kedro run --pipelines=<name> --params=...``
 would, and each consuming pipeline is run on what the catalog would then hold.
 """
 
@@ -54,7 +54,7 @@ def catalog() -> dict:
 
 
 def _rerun(catalog: dict, pipeline, **params: dict) -> dict:
-    """The catalog after ``kedro run --pipeline=<pipeline> --params=<params>``."""
+    """The catalog after ``kedro run --pipelines=<pipeline> --params=<params>``."""
     inputs = {**catalog, **{f"params:{name}": value for name, value in params.items()}}
     return {**inputs, **run_slice(pipeline, {k: v for k, v in inputs.items() if k in pipeline.inputs()})}
 
@@ -87,13 +87,13 @@ def test_privacy_refuses_models_of_another_vocabulary(catalog) -> None:
     """Before: ``mat1 and mat2 shapes cannot be multiplied`` inside the membership attack."""
     mixed = _rerun(catalog, vocab_consensus.create_pipeline(ORGS), vocab_consensus={**VOCAB, "top_n": 5})
     assert len(mixed["common_vocabulary"]) < len(catalog["common_vocabulary"])
-    with pytest.raises(LineageError, match=r"trained model 'federated'.* were trained on vocabulary .*pipeline=train"):
+    with pytest.raises(LineageError, match=r"trained model 'federated'.* were trained on vocabulary .*pipelines=train"):
         _run(privacy.create_pipeline(ORGS), {**mixed, "params:privacy": {"vocab_k": 1}})
 
 
 def test_privacy_refuses_metrics_of_other_models(catalog) -> None:
     retrained = _rerun(catalog, train.create_pipeline(ORGS), train={**TRAIN, "max_steps": 4})
-    with pytest.raises(LineageError, match=r"metrics was built from models .*pipeline=evaluate"):
+    with pytest.raises(LineageError, match=r"metrics was built from models .*pipelines=evaluate"):
         _run(privacy.create_pipeline(ORGS), retrained)
 
 

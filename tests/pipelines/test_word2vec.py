@@ -117,5 +117,5 @@ def test_the_topic_model_train_node_points_a_word_family_to_its_pipeline() -> No
     from fedtopic_pipelines.core.config import ConfigError
     from fedtopic_pipelines.pipelines.train.nodes import train_models
 
-    with pytest.raises(ConfigError, match=r"kedro run --pipeline=word2vec"):
+    with pytest.raises(ConfigError, match=r"kedro run --pipelines=word2vec"):
         train_models(WORD2VEC["train"], ORGS, {}, {}, None)

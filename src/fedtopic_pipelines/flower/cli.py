@@ -7,7 +7,7 @@
 
 The organisations are those of the project's current corpus (``organisations`` in
 ``conf/base/parameters.yml``), and each SuperNode's data is that organisation's raw
-shards in ``data/01_raw/organisations/<org>/`` (``kedro run --pipeline=ingest_demo``
+shards in ``data/01_raw/organisations/<org>/`` (``kedro run --pipelines=ingest_demo``
 writes them; ``demo`` runs it when they are missing). The federation's certificates, keys,
 logs and caches live in ``.federation/`` (git-ignored). Among the keys, made once like the
 certificates and kept across ``down`` and ``up``: the organisations' shared vocabulary key
@@ -62,9 +62,9 @@ def organisation_data(organisations: list[str]) -> dict[str, Path]:
 def ensure_demo_data(organisations: list[str]) -> dict[str, Path]:
     data = organisation_data(organisations)
     if not all(p.is_dir() and any(p.glob("*.parquet")) for p in data.values()):
-        logger.info("organisations' raw shards missing: kedro run --pipeline=ingest_demo")
+        logger.info("organisations' raw shards missing: kedro run --pipelines=ingest_demo")
         kedro = Path(sys.executable).with_name("kedro")
-        subprocess.run([str(kedro), "run", "--pipeline=ingest_demo"], cwd=PROJECT, check=True)
+        subprocess.run([str(kedro), "run", "--pipelines=ingest_demo"], cwd=PROJECT, check=True)
     return data
 
 

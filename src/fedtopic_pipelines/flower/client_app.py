@@ -1,7 +1,7 @@
 """The ClientApp: an organisation's node answers through the core :class:`FolderEndpoint`.
 
 ``node_config`` gives the node its organisation (``organisation``), its raw documents
-(``data-path``: a folder of Parquet shards, as ``kedro run --pipeline=ingest_*`` writes
+(``data-path``: a folder of Parquet shards, as ``kedro run --pipelines=ingest_*`` writes
 them, or one Parquet file) and a private cache folder (``cache-dir``). Everything the
 node computes from its documents (tokens, bag-of-words matrix) stays in that cache, and
 what it sends is what the same endpoint sends in process: a hello, its top-N vocabulary

@@ -142,14 +142,14 @@ def contextual_split(bow, embeddings: DocumentEmbeddings, split: str, where: str
     if not embeddings.computed:
         raise LineageError(
             f"{where} holds no sentence embeddings (they are computed only when 'train.model.family' "
-            "is a contextual family): run `kedro run --pipeline=vocab_consensus` with that family"
+            "is a contextual family): run `kedro run --pipelines=vocab_consensus` with that family"
         )
     expected = documents_fingerprint(bow.doc_ids)
     if embeddings.documents != expected or embeddings.values.shape[0] != len(bow):
         raise LineageError(
             f"{where} were computed for other documents ({embeddings.values.shape[0]} rows, documents "
             f"{embeddings.documents}) than the bag of words ({len(bow)} rows, documents {expected}): they come "
-            "from different runs; run `kedro run --pipeline=vocab_consensus` again"
+            "from different runs; run `kedro run --pipelines=vocab_consensus` again"
         )
     mask = bow.split == split
     return ContextualData(bow.matrix[mask].tocsr(), np.asarray(embeddings.values[mask], dtype=np.float32))

@@ -76,11 +76,11 @@ def model_topics(models: Mapping[str, TrainedModel], vocabulary: pd.DataFrame, n
     return {name: top_words(m.to_model().topic_word().numpy(), terms, n) for name, m in models.items()}
 
 
-RETRAIN = "Run `kedro run --pipeline=train` again, then `--pipeline=evaluate` (or the whole chain)."
-REEVALUATE = "Run the evaluate pipeline whole: `kedro run --pipeline=evaluate`."
+RETRAIN = "Run `kedro run --pipelines=train` again, then `--pipelines=evaluate` (or the whole chain)."
+REEVALUATE = "Run the evaluate pipeline whole: `kedro run --pipelines=evaluate`."
 REVECTORISE = (
     "The tokens were rebuilt (preprocess ran again) after the bag of words was counted: run "
-    "`kedro run --pipeline=vocab_consensus`, then `--pipeline=train` and `--pipeline=evaluate` (or the whole chain)."
+    "`kedro run --pipelines=vocab_consensus`, then `--pipelines=train` and `--pipelines=evaluate` (or the whole chain)."
 )
 
 
@@ -185,7 +185,7 @@ def _check_inputs(lineage: dict[str, str], candidates: dict[str, Any], bow: BowC
         "vocabulary",
         recorded.get("vocabulary") or bow.vocabulary or "",
         {"this organisation's bag of words": bow.vocabulary},
-        "Run `kedro run --pipeline=vocab_consensus` again, then train and evaluate (or the whole chain).",
+        "Run `kedro run --pipelines=vocab_consensus` again, then train and evaluate (or the whole chain).",
         built_from="vectorised with",
     )
     require_same(

@@ -87,7 +87,7 @@ def run_fednmf(
         "vocabulary",
         vocabulary_fingerprint(terms),
         {f"clients.{org}.bow": bows[org].vocabulary for org in organisations},
-        "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
+        "Run `kedro run --pipelines=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
         built_from="vectorised with",
     )
     data = {org: bows[org] for org in organisations}

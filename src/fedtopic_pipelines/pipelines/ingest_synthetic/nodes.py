@@ -30,7 +30,7 @@ def generate_organisations(organisations: list[str], params: dict[str, Any]) -> 
     """The generator's organisations as raw tables: training documents ``train``, validation ``test``.
 
     Lets the real-corpus chain (preprocess, consensus, train, evaluate) run on data whose
-    topics are known; ``kedro run --pipeline=synthetic`` is the paper's experiment itself.
+    topics are known; ``kedro run --pipelines=synthetic`` is the paper's experiment itself.
     """
     config = from_mapping(IngestSyntheticConfig, params, "ingest_synthetic").generator
     expected = organisation_names(config.n_organisations)

@@ -11,11 +11,11 @@ from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
 
 RETRAIN = (
-    "Run `kedro run --pipeline=train`, then `--pipeline=evaluate` and `--pipeline=privacy` "
+    "Run `kedro run --pipelines=train`, then `--pipelines=evaluate` and `--pipelines=privacy` "
     "(or the whole chain): the models must be trained on the current bags of words."
 )
-REEVALUATE = "Run `kedro run --pipeline=evaluate`, then `--pipeline=privacy`: metrics must score these models."
-RECONSENSUS = "Run `kedro run --pipeline=vocab_consensus` again: it writes the report and every bag of words."
+REEVALUATE = "Run `kedro run --pipelines=evaluate`, then `--pipelines=privacy`: metrics must score these models."
+RECONSENSUS = "Run `kedro run --pipelines=vocab_consensus` again: it writes the report and every bag of words."
 
 
 def check_privacy_inputs(

@@ -48,7 +48,7 @@ def train_models(
         pipeline = sorted(capabilities.pipelines)[0]
         raise ConfigError(
             f"parameter 'train.model.family' is {config.model.family!r}, which the default chain does not train: "
-            f"it trains with `kedro run --pipeline={pipeline}` from the '{pipeline}.train' block (docs/{pipeline}.md)"
+            f"it trains with `kedro run --pipelines={pipeline}` from the '{pipeline}.train' block (docs/{pipeline}.md)"
         )
     matrices = training_matrices(config, organisations, common_vocabulary, inputs)
     return train_recorded(config, organisations, preprocess_params, consensus_params, common_vocabulary, matrices)
@@ -112,7 +112,7 @@ def training_matrices(
         "vocabulary",
         vocabulary_fingerprint(common_vocabulary["term"].tolist()),
         {f"clients.{org}.bow": bows[org].vocabulary for org in organisations},
-        "Run `kedro run --pipeline=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
+        "Run `kedro run --pipelines=vocab_consensus` again: it rebuilds the vocabulary and every bag of words.",
         built_from="vectorised with",
     )
     if config.model.capabilities.data_kind == DataKind.CONTEXTUAL:  # bag of words and embeddings, row for row

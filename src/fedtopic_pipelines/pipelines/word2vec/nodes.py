@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 
 
 RECONSENSUS = (
-    "The tokens were rebuilt (preprocess ran again) after vocab_consensus: run `kedro run --pipeline=vocab_consensus`, "
-    "then `--pipeline=word2vec` (or `kedro run`, then word2vec)."
+    "The tokens were rebuilt (preprocess ran again) after vocab_consensus: run "
+    "`kedro run --pipelines=vocab_consensus`, then `--pipelines=word2vec` (or `kedro run`, then word2vec)."
 )
 
 
@@ -149,7 +149,7 @@ def evaluate_word_vectors(
         "vocabulary",
         vocabulary_fingerprint(terms),
         {f"word2vec_models['{name}']": model.vocabulary for name, model in models.items()},
-        "Run `kedro run --pipeline=word2vec` again after the vocabulary changed.",
+        "Run `kedro run --pipelines=word2vec` again after the vocabulary changed.",
         built_from="trained on",
     )
     benchmarks = wb.load_benchmarks(Path(config.benchmarks_wheel))
