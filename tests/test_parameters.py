@@ -174,3 +174,13 @@ def test_glove_word2vec_files_and_no_vectors_need_no_opt_in() -> None:
     validate_parameters(
         {"pctd": {"train": {"model": {"family": "pctd", "consistency_vectors": "none"}, "max_steps": 5}}}
     )
+
+
+def test_compare_checks_every_family_it_trains_under_the_privacy_block_before_any_node() -> None:
+    compare = {"families": {"prodlda": {}, "nmf_exact": {}}}
+    _run({"compare": compare}, ["compare"])
+    with pytest.raises(ConfigError, match=r"'privacy' does not fit 'compare.families.nmf_exact' \(nmf_exact\)"):
+        _run({"compare": compare, "privacy": {"robust_rule": "median"}}, ["compare"])
+    with pytest.raises(ConfigError, match="'compare.families.nmf'"):
+        _run({"compare": {"families": {"nmf": {"optimizer": {"name": "adam"}}}}}, ["compare"])
+    _run({"compare": {"families": {"nmf": {"optimizer": {"name": "adam"}}}}}, ["train"])  # not run: not checked

@@ -19,6 +19,7 @@ from typing import Any
 
 from fedtopic_pipelines.core.compute import missing_device
 from fedtopic_pipelines.core.config import (
+    CompareConfig,
     ConfigError,
     ConfigModel,
     ConsensusConfig,
@@ -51,6 +52,7 @@ BLOCKS: dict[str, type[ConfigModel]] = {
     "train": TrainConfig,
     "evaluate": EvaluateConfig,
     "realdata": RealDataConfig,
+    "compare": CompareConfig,
     "word2vec": Word2VecRunConfig,
     "fednmf": FedNMFRunConfig,
     "pctd": PCTDRunConfig,
@@ -137,6 +139,12 @@ def trained_blocks(config: ProjectConfig, pipelines: Sequence[str] | None) -> li
                 else _federated(train, organisations)
             )
             blocks.append(Trained(f"{name}.train", train, sizes))
+    if "compare" in names:  # every family it compares, each under the top-level privacy
+        compare = config.blocks.get("compare") or CompareConfig()
+        for family, train in compare.train_configs(config.train.to_params()).items():
+            where = f"compare.families.{family}"
+            train = with_privacy(train, privacy, where)
+            blocks.append(Trained(where, train, _federated(train, organisations)))
     if SYNTHETIC in names and config.synthetic is not None:  # its own organisations, its own train.privacy
         synthetic = config.synthetic
         scenarios = synthetic.sweep.scenarios or synthetic.train.scenarios

@@ -128,7 +128,8 @@ def register_pipelines() -> Mapping[str, Pipeline]:
     ``synthetic`` (gFedNTM Fig. 3) generates its own organisations and stands alone.
     ``word2vec`` (seed 003) reads the chain's tokens and common vocabulary: run the chain
     up to ``vocab_consensus`` first (``kedro run`` does). ``fednmf`` (seed 004) runs the chain
-    up to ``vocab_consensus`` itself, then its sweep; so does ``pctd`` (seed 002).
+    up to ``vocab_consensus`` itself, then its sweep; so do ``pctd`` (seed 002) and ``compare``
+    (every family side by side, one leaderboard).
     """
     params = project_parameters()
     corpus = params.get("corpus", "demo")
@@ -157,6 +158,7 @@ def register_pipelines() -> Mapping[str, Pipeline]:
             "realdata": after_chain(4, "realdata"),  # gFedNTM Fig. 4: the chain up to the embeddings
             "fednmf": after_chain(3, "fednmf"),  # FedNMF+MI (seed 004): the chain up to the common vocabulary
             "pctd": after_chain(3, "pctd"),  # PC-TD (seed 002): the chain up to the common vocabulary
+            "compare": after_chain(3, "compare"),  # every family, one evaluator: the chain up to the common vocabulary
         }
     )
     logger.info(

@@ -11,6 +11,7 @@ from fedtopic_pipelines.core.config import (
     EvaluateConfig,
     IngestDemoConfig,
     IngestTableConfig,
+    OptimizerConfig,
     PreprocessConfig,
     ProdLDAConfig,
     TrainConfig,
@@ -203,3 +204,50 @@ def test_a_flower_schedule_the_configuration_cannot_take_is_refused_before_any_n
     assert exact.flower_training().rule == "fedsgd"
     in_process = TrainConfig.from_params({"flower": flower, "model": {"normalization": "pooled_batch"}})
     assert in_process.engine == "in_process"  # the in-process engine never reads the schedule
+
+
+# compare: each family's training block from the train block ------------------------------
+def test_a_compared_family_keeps_the_train_model_keys_it_has_and_its_entry_replaces_whole_blocks() -> None:
+    from fedtopic_pipelines.core.config import CompareConfig
+
+    train = {"model": {"n_topics": 7, "hidden_sizes": [16]}, "optimizer": {"name": "adam", "lr": 0.01}, "max_steps": 9}
+    compare = CompareConfig(
+        families={
+            "combinedtm": {},
+            "nmf_exact": {"max_steps": 3},
+            "nmf": {"optimizer": {"name": "adagrad"}, "model": {"inference_epochs": 2}},
+        },
+        scenarios=("federated",),
+    )
+    configs = compare.train_configs(train)
+    assert configs["combinedtm"].model.hidden_sizes == (16,) and configs["combinedtm"].max_steps == 9
+    assert configs["nmf_exact"].model.n_topics == 7 and configs["nmf_exact"].max_steps == 3
+    nmf = configs["nmf"]
+    assert (nmf.model.n_topics, nmf.model.inference_epochs, nmf.optimizer.name) == (7, 2, "adagrad")
+    assert nmf.optimizer.lr == OptimizerConfig(name="adagrad").lr != 0.01  # the whole block replaced: no lr 0.01
+    assert all(c.scenarios == ("federated",) and c.engine == "in_process" for c in configs.values())
+
+
+@pytest.mark.parametrize(
+    ("families", "refused"),
+    [
+        ({"lda": {}}, r"'compare.families' names 'lda'; registered families: \["),
+        ({"word2vec": {}}, r"names 'word2vec', which scores on another protocol: .*--pipelines=word2vec"),
+        ({"nmf": {"optimizer": {"name": "adam"}}}, r"'compare.families.nmf'.*'train.optimizer.name' is 'adam'"),
+        ({"prodlda": {"max_step": 3}}, r"unknown parameter 'compare.families.prodlda.max_step'"),
+    ],
+)
+def test_a_compared_family_that_cannot_train_is_refused_by_its_entry(families: dict, refused: str) -> None:
+    from fedtopic_pipelines.core.config import CompareConfig
+
+    with pytest.raises(ConfigError, match=refused):
+        CompareConfig(families=families).train_configs({})
+
+
+def test_the_compare_block_refuses_a_repeated_scenario_and_an_empty_family_list() -> None:
+    from fedtopic_pipelines.core.config import CompareConfig
+
+    with pytest.raises(ConfigError, match="'compare.scenarios' repeats a scenario"):
+        from_mapping(CompareConfig, {"scenarios": ["federated", "federated"]}, "compare")
+    with pytest.raises(ConfigError, match=r"compare.families"):
+        from_mapping(CompareConfig, {"families": {}}, "compare")

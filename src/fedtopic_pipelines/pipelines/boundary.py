@@ -30,6 +30,10 @@ SIMULATION = (
 ALLOWED: Mapping[str, tuple[frozenset[str], str]] = {
     "train_models": (frozenset({"bow", "embeddings"}), SIMULATION),
     "train_realdata_models": (frozenset({"bow", "embeddings"}), SIMULATION),
+    "train_compared_models": (
+        frozenset({"bow", "compare_embeddings"}),
+        SIMULATION + "; the centralized scenario of each family is a pooled baseline named as such",
+    ),
     "train_pctd": (frozenset({"pctd_train"}), SIMULATION + "; the centralized scenario is a pooled baseline"),
     "train_pctd_baselines": (
         frozenset({"pctd_train"}),

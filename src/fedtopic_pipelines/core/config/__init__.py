@@ -77,7 +77,7 @@ from fedtopic_pipelines.core.config.registry import (
     trained_by,
     unregister_model_config,
 )
-from fedtopic_pipelines.core.config.runs import RealDataConfig, Word2VecRunConfig
+from fedtopic_pipelines.core.config.runs import CompareConfig, RealDataConfig, Word2VecRunConfig
 from fedtopic_pipelines.core.config.synthetic import IngestSyntheticConfig, SyntheticGeneratorConfig
 from fedtopic_pipelines.core.config.text import ConsensusConfig, PreprocessConfig
 from fedtopic_pipelines.core.config.train import SCENARIOS, Scenario, TrainConfig
@@ -94,6 +94,7 @@ __all__ = [
     "ArchiveSourceConfig",
     "ArchiveUnit",
     "CombinedTMConfig",
+    "CompareConfig",
     "ConfigError",
     "ConfigModel",
     "ConsensusConfig",

@@ -12,7 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from fedtopic_pipelines.core.capabilities import FamilyCapabilities
 from fedtopic_pipelines.core.config.family import FamilyConfig
-from fedtopic_pipelines.core.config.nmf import NMFConfig
+from fedtopic_pipelines.core.config.nmf import NMFConfig, NMFExactConfig
 from fedtopic_pipelines.core.config.pctd import PCTDConfig
 from fedtopic_pipelines.core.config.prodlda import CombinedTMConfig, ProdLDAConfig, ZeroShotTMConfig
 from fedtopic_pipelines.core.config.word2vec import Word2VecConfig
@@ -41,7 +41,7 @@ def unregister_model_config(tag: str) -> None:
     MODEL_CONFIGS.pop(tag, None)
 
 
-for _cls in (ProdLDAConfig, CombinedTMConfig, ZeroShotTMConfig, Word2VecConfig, NMFConfig, PCTDConfig):
+for _cls in (ProdLDAConfig, CombinedTMConfig, ZeroShotTMConfig, Word2VecConfig, NMFConfig, PCTDConfig, NMFExactConfig):
     register_model_config(_cls)
 
 

@@ -278,7 +278,7 @@ def summarise(
         for name, trained in models.items()
     }
     warnings = _redundancy(per_model, topics, len(vocabulary), config)
-    scenarios = _scenarios(per_model, organisations, measures)
+    scenarios = scenario_values(per_model, organisations, measures)
     metrics = {
         "definitions": DEFINITIONS,
         "organisations": list(organisations),
@@ -388,7 +388,7 @@ def _model_entry(
     return entry
 
 
-def _scenarios(per_model: dict[str, Any], organisations: list[str], measures: list[str]) -> dict[str, Any]:
+def scenario_values(per_model: dict[str, Any], organisations: list[str], measures: list[str]) -> dict[str, Any]:
     """The scenarios' headline values, each with what it covers: the federated and centralized
     models' pooled values and per-organisation means, and the local models' means."""
     org_metrics = ["perplexity", "macro_f1", "topic_coverage", *(PER_ORG + m for m in measures)]
