@@ -69,7 +69,7 @@ def test_smoke_synthetic_sweep_through_dvc_with_nested_mlflow_runs(tmp_path: Pat
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("fedtopic_pipelines")
     all_runs = client.search_runs([experiment.experiment_id])
-    parent = next(r for r in all_runs if r.info.run_name == "synthetic@smoke")
+    parent = next(r for r in all_runs if r.info.run_name.startswith("synthetic@smoke "))
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.info.run_name for r in children) == ["sweep A: n_shared=2 rep 0", "sweep A: n_shared=4 rep 0"]
     assert parent.data.params["synthetic.generator.n_topics"] == "6"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,9 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "KEDRO_ENV"}
     env.update(KEDRO_DISABLE_TELEMETRY="1", MPLBACKEND="Agg", PATH=f"{BIN}:{env.get('PATH', '')}", **extra)
     return env
+
+
+ORGS = ["computers", "recreation", "science", "politics_religion", "misc_forsale"]  # conf/base
 
 
 def _copy_project(dest: Path) -> Path:
@@ -121,16 +125,29 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1
     run = runs[0]
-    assert run.info.run_name == "all@smoke"  # pipeline @ environment, not "__default__"
+    # pipeline @ environment (not "__default__"), the family, the hash of what the environment changed
+    changed = run.data.tags["params_changed_id"]
+    assert run.info.run_name == f"all@smoke prodlda {changed}" and len(changed) == 6
+    assert json.loads(run.data.tags["params_changed_from_base"])["train.max_steps"] == 30  # conf/smoke's
     log = (smoke_run / "run.log").read_text()
     for phase in ("setting up MLflow tracking", "checking every parameter block", "building the pipelines"):
         assert phase in log, phase  # what happens before the first node is said
-    assert f"MLflow run 'all@smoke' ({run.info.run_id}): corpus 'demo', environment 'smoke'" in log
+    assert f"MLflow run '{run.info.run_name}' ({run.info.run_id}): corpus 'demo', environment 'smoke'" in log
+    # the corpus as the models saw it: the runs table's Dataset column
+    (corpus,) = run.inputs.dataset_inputs
+    tags = {t.key: t.value for t in corpus.tags}
+    counts = {org: json.loads((smoke_run / f"data/08_reporting/vectorize/{org}.json").read_text()) for org in ORGS}
+    assert corpus.dataset.name == "demo@smoke" and len(corpus.dataset.digest) == 16
+    assert tags["organisations"] == ",".join(ORGS) and tags["mlflow.data.context"] == "training"
+    assert int(tags["documents"]) == sum(sum(c["documents"].values()) for c in counts.values())
     assert run.data.params["corpus"] == "demo" and run.data.params["kedro_env"] == "smoke"
     assert run.data.tags["corpus"] == "demo" and "misc_forsale" in run.data.params["organisations"]
     assert run.data.params["train.model.n_topics"] == "5"
     assert run.data.params["vocab_consensus.merge"] == "union"
     assert "eval.scenario.federated.c_npmi" in run.data.metrics
+    # the run ends with its seconds by stage, in the log and in MLflow
+    assert "run finished after " in log and re.search(r"train_models: [0-9.]+ s \(1 x, longest", log)
+    assert run.data.metrics["timing.train_models.seconds"] > 0
     assert "privacy.federated.membership_auc" in run.data.metrics
     assert run.data.params["privacy.robust_rule"] == "mean"
     assert run.data.metrics["ingest.kept.computers.train"] == 150
@@ -174,6 +191,53 @@ def test_fednmf_is_one_parent_mlflow_run_with_a_nested_run_per_model(smoke_run: 
     assert sorted(r.info.run_name for r in children) == sorted(f"{m}-{k}" for m in FEDNMF_METHODS for k in (5, 8))
     assert all({"macro_f1", "accuracy", "we_coherence"} <= set(r.data.metrics) for r in children)
     assert "fednmf/table4_classification.csv" in {a.path for a in client.list_artifacts(parent.info.run_id, "fednmf")}
+
+
+def test_compare_ranks_every_family_in_every_scenario_with_one_evaluator_and_one_set_of_mlflow_names(
+    smoke_run: Path,
+) -> None:
+    """`--pipelines=compare`: every default family x every scenario in one leaderboard (CSV, Markdown,
+    PNG, a dvc-metrics file per row), each empty cell with its reason, and one nested MLflow run
+    per row whose metric names are the same across families."""
+    from mlflow.tracking import MlflowClient
+
+    _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipelines=compare"], smoke_run)
+    report = smoke_run / "data/08_reporting/compare"
+    families = ["prodlda", "combinedtm", "zeroshottm", "nmf_exact", "nmf"]
+    scenarios = ["federated", "centralized", "non_collaborative"]
+    table = pd.read_csv(report / "leaderboard.csv")
+    assert list(zip(table["family"], table["scenario"], strict=True)) == [(f, s) for f in families for s in scenarios]
+    measures = ["c_npmi", "c_v", "topic_diversity", "largest_topic_overlap", "we_coherence", "macro_f1"]
+    assert table[[*measures, "train_seconds"]].notna().all().all()
+    # perplexity where the family defines one; bytes for every scenario but the pooled baseline
+    assert table["perplexity"].isna().tolist() == [f.startswith("nmf") for f in table["family"]]
+    sent = table.set_index(["family", "scenario"])["bytes_sent_per_organisation"]
+    assert all(sent[(f, "federated")] > 0 and sent[(f, "non_collaborative")] == 0 for f in families)
+    assert sent.xs("centralized", level="scenario").isna().all()
+    summary = json.loads((report / "summary.json").read_text())
+    assert "no word distribution" in summary["missing"]["nmf_exact.federated"]["perplexity"]
+    assert "pools the documents" in summary["missing"]["prodlda.centralized"]["bytes_sent_per_organisation"]
+    assert summary["recommendation"].startswith("Among federated models, ")
+    assert summary["recommendation"] in (report / "leaderboard.md").read_text()
+    assert (report / "leaderboard.png").stat().st_size > 10_000
+    assert sorted(p.stem for p in (report / "headline").iterdir()) == sorted(
+        f"{f}.{s}" for f in families for s in scenarios
+    )
+    # the evaluator scored every model inside the organisations: per-organisation scores of each
+    metrics = json.loads((report / "metrics.json").read_text())
+    assert set(metrics["models"]["nmf.federated"]["organisations"]) == set(metrics["organisations"])
+    client = MlflowClient(tracking_uri=f"sqlite:///{smoke_run / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("fedtopic_pipelines").experiment_id])
+    parent = max((r for r in runs if r.info.run_name.startswith("compare")), key=lambda r: r.info.start_time)
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in children) == sorted(f"{f}/{s}" for f in families for s in scenarios)
+    common = {*measures, "train_seconds"}
+    assert all(common <= set(r.data.metrics) for r in children)
+    assert all({"family", "scenario", "n_topics", "max_steps", "rule"} <= set(r.data.params) for r in children)
+    assert {r.info.run_name for r in children if "perplexity" in r.data.metrics} == {
+        f"{f}/{s}" for f in families[:3] for s in scenarios
+    }
+    assert "compare/leaderboard.csv" in {a.path for a in client.list_artifacts(parent.info.run_id, "compare")}
 
 
 def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlflow(smoke_run: Path) -> None:
@@ -379,6 +443,7 @@ def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> 
     # a misspelt block is named before anything runs
     output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--params=trian.max_steps=5"], project)
     assert "unknown parameter block(s) ['trian']" in output
+    assert "kedro run refused (ConfigError): " in output and "Traceback" not in output  # a message, no traceback
     # the organisations shape the pipelines: they come from an environment, not --params
     output = _run_failing([str(BIN / "kedro"), "run", "--pipelines=train", "--params=corpus=table"], project)
     assert "parameter 'corpus' cannot be changed with --params" in output

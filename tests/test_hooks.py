@@ -20,12 +20,15 @@ from fedtopic_pipelines.hooks import (
     OWNER_HOST,
     OWNER_PID,
     OWNER_START,
+    StageTimingsHook,
     ValidateParametersHook,
+    changed_parameters,
     fail_orphaned_runs,
     git_commit,
     owner_is_dead,
     owner_tags,
     process_start,
+    run_families,
     run_name,
 )
 from fedtopic_pipelines.parameters import validate_parameters
@@ -36,6 +39,22 @@ def test_run_name_says_pipeline_and_environment() -> None:
     assert run_name(["__default__"], "s2orc") == "all@s2orc"
     assert run_name(["train"], "s2orc") == "train@s2orc"
     assert run_name(["train", "evaluate"], "smoke") == "train+evaluate@smoke"
+    assert run_name(["train"], "smoke", ["prodlda"], "1a2b3c") == "train@smoke prodlda 1a2b3c"
+    assert run_name(["compare"], "local", ["prodlda", "nmf"]) == "compare@local 2 families"
+
+
+def test_the_parameters_changed_from_base_are_every_dotted_path_that_differs() -> None:
+    base = {"train": {"max_steps": 10, "model": {"n_topics": 5}}, "corpus": "demo", "gone": [1]}
+    run = {"train": {"max_steps": 3, "model": {"n_topics": 5}}, "corpus": "demo", "extra": {"k": 1}}
+    assert changed_parameters(run, base) == {"extra.k": 1, "gone": None, "train.max_steps": 3}
+    assert changed_parameters(base, base) == {}
+
+
+def test_run_families_are_those_the_named_pipelines_train() -> None:
+    params = {"train": {"model": {"family": "nmf_exact"}}, "compare": {"families": {"prodlda": {}, "combinedtm": {}}}}
+    assert run_families(params, ["__default__"]) == ["nmf_exact"]
+    assert run_families(params, ["ingest"]) == []
+    assert run_families(params, ["compare"]) == ["prodlda", "combinedtm"]
 
 
 def test_git_commit_and_dirty_flag_outside_and_inside_a_repository(tmp_path: Path) -> None:
@@ -166,7 +185,7 @@ def test_sigterm_mid_run_ends_the_mlflow_run_as_killed_and_the_process_promptly(
         started = False
         for line in process.stdout:  # until the MLflow run has started and a node runs: every
             output.append(line)  # before_pipeline_run hook (the SIGTERM handler's) has then run
-            started = started or "MLflow run 'all@smoke'" in line
+            started = started or "MLflow run 'all@smoke " in line
             if started and "Running node" in line:
                 break
         time.sleep(1)
@@ -215,8 +234,9 @@ def test_a_second_kedro_run_in_the_same_folder_is_refused_before_it_starts_anyth
     finally:
         first.release()
     log = result.stdout + result.stderr
-    assert result.returncode != 0, log[-3000:]
+    assert result.returncode == 2, log[-3000:]
     assert f"another run holds this project folder: 'kedro run, pipeline train@local' (pid {os.getpid()}" in log
+    assert "kedro run refused (ProjectBusyError): " in log and "Traceback" not in log  # a message, no traceback
     assert not (project / "data/08_reporting/ingestion_demo.json").exists()
     assert "MLflow run 'ingest_demo@smoke'" not in log  # refused before kedro-mlflow started a run
     if (project / "mlflow.db").exists():
@@ -274,3 +294,32 @@ def test_kill_run_ends_the_run_and_its_running_nested_runs_as_killed(client) -> 
     for run_id, status in ((parent, "KILLED"), (nested, "KILLED"), (done, "FINISHED")):
         assert client.get_run(run_id).info.status == status
     assert client.get_run(nested).data.tags[END_REASON] == "SIGTERM received by process 1 on h"
+
+
+def test_a_run_ends_with_its_seconds_by_stage_slowest_first_failed_stages_named(caplog) -> None:
+    from types import SimpleNamespace
+
+    hook = StageTimingsHook()
+    hook.before_pipeline_run({}, None, None)
+    clocks = iter([0.0, 1.0, 1.0, 4.0, 4.0, 4.5, 5.0, 5.25])  # each node's start and end
+    for name in ("clients.a.clean_documents", "clients.b.clean_documents", "merge_vocabulary"):
+        node = SimpleNamespace(name=name)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(time, "perf_counter", lambda: next(clocks))
+            hook.before_node_run(node)
+            hook.after_node_run(node)
+    broken = SimpleNamespace(name="compare.clients.a.evaluate_organisation")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "perf_counter", lambda: next(clocks))
+        hook.before_node_run(broken)
+        hook.on_node_error(RuntimeError("x"), broken)
+    assert hook.table() == [
+        ("clean_documents", 2, 4.0, 3.0),
+        ("merge_vocabulary", 1, 0.5, 0.5),
+        ("evaluate_organisation", 1, 0.25, 0.25),
+    ]
+    with caplog.at_level("INFO", logger="fedtopic_pipelines.hooks"):
+        hook.on_pipeline_error(RuntimeError("x"), {}, None, None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("run failed after ") and lines[1] == "clean_documents: 4.0 s (2 x, longest 3.0 s)"
+    assert lines[3] == "evaluate_organisation: 0.2 s (1 x, longest 0.2 s, failed)"

@@ -4,6 +4,11 @@ The organisations (one namespaced pipeline each) and the corpus are configuratio
 ``register_pipelines`` must read the same environment as the run. Kedro does not pass
 ``--env`` to the registry; exporting it as ``KEDRO_ENV`` (which Kedro itself honours)
 makes ``kedro run --env=smoke`` and ``KEDRO_ENV=smoke kedro run`` equivalent.
+
+A refusal (a bad parameter, a busy project folder, artefacts of another run read together)
+ends the command with its one-paragraph message on stderr and exit status 2, not a traceback:
+the message names the parameter, file or stage and what to do; a traceback of Kedro's and the
+hooks' frames buries it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,12 @@ from typing import Any
 import click
 from kedro.framework.cli.project import run as kedro_run
 
+from fedtopic_pipelines.core.config import ConfigError
+from fedtopic_pipelines.core.lineage import LineageError
+from fedtopic_pipelines.core.runlock import ProjectBusyError
+
+REFUSALS = (ConfigError, ProjectBusyError, LineageError)
+
 
 @click.group(name="fedtopic_pipelines")
 def cli() -> None:
@@ -23,7 +34,11 @@ def cli() -> None:
 def _run(**kwargs: Any) -> Any:
     if kwargs.get("env"):
         os.environ["KEDRO_ENV"] = kwargs["env"]
-    return kedro_run.callback(**kwargs)
+    try:
+        return kedro_run.callback(**kwargs)
+    except REFUSALS as exc:
+        click.echo(f"kedro run refused ({type(exc).__name__}): {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 cli.add_command(click.Command(name="run", params=kedro_run.params, callback=_run, help=kedro_run.help))

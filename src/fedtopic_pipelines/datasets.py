@@ -164,6 +164,18 @@ class BowCorpusDataset(AbstractDataset[BowCorpus, BowCorpus]):
     def _exists(self) -> bool:
         return self._matrix.is_file() and self._rows.is_file()
 
+    def lineage(self) -> dict[str, Any]:
+        """What the bag of words was counted from, without reading the matrix: the fingerprints of
+        its vocabulary and tokens, and its documents per split (the MLflow dataset input)."""
+        metadata = pq.read_schema(self._rows).metadata or {}
+        vocabulary, tokens = (metadata.get(key.encode()) for key in (VOCABULARY_KEY, TOKENS_KEY))
+        splits = pd.read_parquet(self._rows, columns=["split"])["split"].value_counts()
+        return {
+            "vocabulary": None if vocabulary is None else vocabulary.decode(),
+            "tokens": None if tokens is None else tokens.decode(),
+            "documents": {str(split): int(n) for split, n in sorted(splits.items())},
+        }
+
     def _describe(self) -> dict[str, Any]:
         return {"filepath": str(self._matrix)}
 

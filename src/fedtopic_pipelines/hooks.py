@@ -5,6 +5,7 @@ line for each start-up phase that takes time."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,9 @@ from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
 from fedtopic_pipelines.core.config import ConfigError
-from fedtopic_pipelines.parameters import check_run, validate_parameters
+from fedtopic_pipelines.core.lineage import digest
+from fedtopic_pipelines.parameters import check_run, trained_blocks, validate_parameters
+from fedtopic_pipelines.pipeline_registry import project_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +77,40 @@ def default_env() -> str:
     return settings.CONFIG_LOADER_ARGS.get("default_run_env") or "base"
 
 
-def run_name(pipeline_names: list[str] | None, env: str) -> str:
+def run_name(pipeline_names: list[str] | None, env: str, families: Sequence[str] = (), changed: str = "") -> str:
     """``<pipeline>@<environment>``: ``all@local`` for ``kedro run``, ``train@s2orc`` for
-    ``kedro run --pipeline=train --env=s2orc``; several pipelines joined by ``+``."""
+    ``kedro run --pipelines=train --env=s2orc``; several pipelines joined by ``+``. Then the
+    family the run trains (``N families`` for several) and ``changed``, the short hash of the
+    parameters that differ from ``conf/base`` (:func:`changed_parameters`), when given."""
     names = [("all" if name == "__default__" else name) for name in (pipeline_names or ["__default__"])]
-    return f"{'+'.join(names)}@{env}"
+    family = families[0] if len(families) == 1 else f"{len(families)} families" if families else ""
+    return " ".join(part for part in (f"{'+'.join(names)}@{env}", family, changed) if part)
+
+
+def _flat(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def changed_parameters(params: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """Every parameter (dotted path) whose value differs from ``conf/base``'s: the environment's and
+    ``--params``' changes; a parameter that base has and the run lacks maps to None."""
+    run, reference = _flat(params), _flat(base)
+    return {key: run.get(key) for key in sorted(set(run) | set(reference)) if run.get(key) != reference.get(key)}
+
+
+def run_families(params: Mapping[str, Any], pipeline_names: list[str] | None) -> list[str]:
+    """The model families the named pipelines train (none for ingestion or preprocessing alone)."""
+    try:
+        blocks = trained_blocks(validate_parameters(params), pipeline_names)
+    except ConfigError:  # the validation hook has said why
+        return []
+    return list(dict.fromkeys(block.train.model.family for block in blocks))
 
 
 def git_commit(project_path: Path) -> dict[str, str]:
@@ -135,8 +168,14 @@ class RunIdentityHook:
         mlflow.log_params(identity)
         tags = {key: str(value) for key, value in identity.items()}
         tags.update(git_commit(self._context.project_path))
+        base = project_parameters(self._context.project_path, settings.CONFIG_LOADER_ARGS.get("base_env", "base"))
+        changed = changed_parameters(params, base)
+        changed_id = digest(changed)[:6] if changed else ""
+        # what the run name's hash stands for (MLflow keeps up to 8,000 characters of a tag)
+        tags["params_changed_from_base"] = json.dumps(changed, default=str)[:7000] if changed else "none"
+        tags["params_changed_id"] = changed_id or "none"
         if run.info.run_name == "+".join(names):  # kedro-mlflow's default: not set in mlflow.yml
-            tags["mlflow.runName"] = run_name(names, env)
+            tags["mlflow.runName"] = run_name(names, env, run_families(params, names), changed_id)
         mlflow.set_tags(tags)
         logger.info(
             "MLflow run '%s' (%s): corpus '%s', environment '%s'; %d nodes to run",
@@ -146,6 +185,60 @@ class RunIdentityHook:
             env,
             len(pipeline.nodes),
         )
+        # MLflow 3.17's UI opens an experiment on its GenAI overview unless the URL (or the
+        # browser's stored choice) asks for model training; it reads no experiment tag for it
+        logger.info("in `mlflow ui`: #/experiments/%s?workflowType=machine_learning", run.info.experiment_id)
+
+    @hook_impl(tryfirst=True)  # before kedro-mlflow's after_pipeline_run ends the run
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        """The corpus the run trained or scored on, as the run's MLflow dataset input (the runs
+        table's Dataset column): only when the run read or wrote every organisation's bag of words."""
+        import mlflow
+
+        if mlflow.active_run() is None or self._context is None:
+            return
+        params = self._context.config_loader["parameters"]
+        organisations = list(params.get("organisations") or [])
+        bows = [f"clients.{org}.bow" for org in organisations]
+        if not organisations or not set(bows) <= set(pipeline.datasets()):
+            return
+        env = run_params.get("env") or self._context.env or default_env()
+        corpus = corpus_input(params.get("corpus") or "demo", env, organisations, [catalog.get(b) for b in bows])
+        if corpus is not None:
+            frame, name, fingerprint, tags = corpus
+            dataset = mlflow.data.from_pandas(frame, name=name, digest=fingerprint)
+            mlflow.log_input(dataset, context="training", tags=tags)
+
+
+def corpus_input(
+    corpus: str, env: str, organisations: list[str], bows: list[Any]
+) -> tuple[Any, str, str, dict[str, str]] | None:
+    """The corpus as the models saw it: a table of documents per organisation and split, the
+    name ``<corpus>@<environment>``, a fingerprint of every organisation's tokens and the
+    vocabulary (core/lineage.py), and tags; None when a bag of words cannot say (not written)."""
+    import pandas as pd
+
+    lineages = {}
+    for org, dataset in zip(organisations, bows, strict=True):
+        if dataset is None or not hasattr(dataset, "lineage") or not dataset.exists():
+            return None
+        lineages[org] = dataset.lineage()
+    frame = pd.DataFrame(
+        [
+            {"organisation": org, "split": split, "documents": n}
+            for org, lineage in lineages.items()
+            for split, n in lineage["documents"].items()
+        ]
+    )
+    vocabulary = next((lineage["vocabulary"] for lineage in lineages.values() if lineage["vocabulary"]), None)
+    fingerprint = digest({"vocabulary": vocabulary, "tokens": {o: v["tokens"] for o, v in lineages.items()}})
+    tags = {
+        "organisations": ",".join(organisations),
+        "documents": str(int(frame["documents"].sum())),
+        "vocabulary": str(vocabulary),
+        "kedro_env": env,
+    }
+    return frame, f"{corpus}@{env}", fingerprint, tags
 
 
 LOCK_FILE = ".kedro-run.lock"  # in the project folder; git-ignored
@@ -215,6 +308,75 @@ class StartupPhasesHook:
             len(list(catalog.keys())),
             time.perf_counter() - self._started,
         )
+
+
+def stage_of(node_name: str) -> str:
+    """A node's stage: its name without the namespace (``clients.<org>.clean_documents`` and
+    ``compare.clients.<org>.evaluate_organisation`` count under their function's node name)."""
+    return node_name.rsplit(".", 1)[-1]
+
+
+class StageTimingsHook:
+    """End every run, finished or failed, with where its time went: one INFO line per stage
+    (nodes of one name across the organisations' namespaces), slowest first, with how many
+    nodes ran, their total and their longest seconds; in MLflow as ``timing.<stage>.seconds``.
+    Short lines, so that a log piped to a file stays a table."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, float] = {}
+        self._seconds: dict[str, list[float]] = {}
+        self._failed: set[str] = set()
+        self._started = time.perf_counter()
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        self._open, self._seconds, self._failed = {}, {}, set()
+        self._started = time.perf_counter()
+
+    @hook_impl
+    def before_node_run(self, node: Any) -> None:
+        self._open[node.name] = time.perf_counter()
+
+    def _close(self, node: Any) -> None:
+        started = self._open.pop(node.name, None)
+        if started is not None:
+            self._seconds.setdefault(stage_of(node.name), []).append(time.perf_counter() - started)
+
+    @hook_impl
+    def after_node_run(self, node: Any) -> None:
+        self._close(node)
+
+    @hook_impl
+    def on_node_error(self, error: Exception, node: Any) -> None:
+        self._failed.add(stage_of(node.name))
+        self._close(node)
+
+    @hook_impl(tryfirst=True)  # before kedro-mlflow ends the MLflow run
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        self._report("finished")
+
+    @hook_impl(tryfirst=True)
+    def on_pipeline_error(self, error: Exception, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        self._report("failed")
+
+    def table(self) -> list[tuple[str, int, float, float]]:
+        """(stage, nodes, total seconds, longest seconds), slowest first."""
+        rows = [(stage, len(times), sum(times), max(times)) for stage, times in self._seconds.items()]
+        return sorted(rows, key=lambda row: -row[2])
+
+    def _report(self, outcome: str) -> None:
+        rows = self.table()
+        if not rows:
+            return
+        elapsed = time.perf_counter() - self._started
+        logger.info("run %s after %.1f s; by stage, slowest first:", outcome, elapsed)
+        for stage, count, total, longest in rows:
+            failed = ", failed" if stage in self._failed else ""
+            logger.info("%s: %.1f s (%d x, longest %.1f s%s)", stage, total, count, longest, failed)
+        import mlflow
+
+        if mlflow.active_run() is not None:
+            mlflow.log_metrics({f"timing.{stage}.seconds": total for stage, _, total, _ in rows})
 
 
 # Tags that say which process owns a run, so that a later start can tell a dead owner from a

@@ -8,11 +8,19 @@ from fedtopic_pipelines.hooks import (
     KilledRunsHook,
     ProjectLockHook,
     RunIdentityHook,
+    StageTimingsHook,
     StartupPhasesHook,
     ValidateParametersHook,
 )
 
-HOOKS = (StartupPhasesHook(), ValidateParametersHook(), ProjectLockHook(), RunIdentityHook(), KilledRunsHook())
+HOOKS = (
+    StartupPhasesHook(),
+    ValidateParametersHook(),
+    ProjectLockHook(),
+    RunIdentityHook(),
+    KilledRunsHook(),
+    StageTimingsHook(),
+)
 CONF_SOURCE = "conf"
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
