@@ -52,6 +52,7 @@ MEASURES = {
     "bytes_sent_per_organisation": "lower",
 }
 COHERENCE_DIRECTION = "higher"  # NPMI, C_V and UMass: higher is more coherent
+LOG_SCALE = ("bytes_sent_per_organisation",)
 
 
 def _contextual(families: Mapping[str, Any]) -> bool:
@@ -310,6 +311,8 @@ def figure(table: pd.DataFrame, better: Mapping[str, str]) -> plt.Figure:
                 if v is None:
                     ax.annotate("n/a", (x[j] + i * width, 0.0), ha="center", va="bottom", fontsize=6)
         ax.set_xticks(x + width * (len(families) - 1) / 2, scenarios, fontsize=8)
+        if measure in LOG_SCALE:  # bytes span orders of magnitude across families
+            ax.set_yscale("symlog", linthresh=1.0)
         ax.axhline(0, color="black", linewidth=0.5)
         ax.set_title(f"{measure} ({better[measure]} is better)", fontsize=9)
     for ax in axes[len(panels) :]:
