@@ -232,7 +232,10 @@ def test_a_compared_family_keeps_the_train_model_keys_it_has_and_its_entry_repla
     ("families", "refused"),
     [
         ({"lda": {}}, r"'compare.families' names 'lda'; registered families: \["),
-        ({"word2vec": {}}, r"names 'word2vec', which scores on another protocol: .*--pipelines=word2vec"),
+        (
+            {"word2vec": {}},
+            r"'word2vec', which scores otherwise: it trains with `kedro run --pipelines=word2vec`",
+        ),
         ({"nmf": {"optimizer": {"name": "adam"}}}, r"'compare.families.nmf'.*'train.optimizer.name' is 'adam'"),
         ({"prodlda": {"max_step": 3}}, r"unknown parameter 'compare.families.prodlda.max_step'"),
     ],
@@ -251,3 +254,13 @@ def test_the_compare_block_refuses_a_repeated_scenario_and_an_empty_family_list(
         from_mapping(CompareConfig, {"scenarios": ["federated", "federated"]}, "compare")
     with pytest.raises(ConfigError, match=r"compare.families"):
         from_mapping(CompareConfig, {"families": {}}, "compare")
+
+
+def test_a_family_outside_the_default_chain_says_which_pipeline_trains_it() -> None:
+    from fedtopic_pipelines.core.config import MODEL_CONFIGS
+
+    assert MODEL_CONFIGS["prodlda"].capabilities.trained_elsewhere() is None
+    assert MODEL_CONFIGS["word2vec"].capabilities.trained_elsewhere() == (
+        "it trains with `kedro run --pipelines=word2vec` from the 'word2vec.train' block (docs/word2vec.md)"
+    )
+    assert "--pipelines=pctd" in MODEL_CONFIGS["pctd"].capabilities.trained_elsewhere()

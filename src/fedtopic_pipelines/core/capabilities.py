@@ -69,6 +69,15 @@ class FamilyCapabilities:
         if self.privacy != PRIVACY_DEFENCES and not self.privacy_refusal:
             raise ValueError("a family that refuses a privacy defence says why (privacy_refusal)")
 
+    def trained_elsewhere(self) -> str | None:
+        """Where a family the default chain does not train is trained (None: the chain trains it)."""
+        if self.in_default_chain:
+            return None
+        pipeline = sorted(self.pipelines)[0]
+        return (
+            f"it trains with `kedro run --pipelines={pipeline}` from the '{pipeline}.train' block (docs/{pipeline}.md)"
+        )
+
     def refuse_rule(self, rule: str) -> str | None:
         """The reason ``rule`` is refused, or None when the family trains under it."""
         if rule in self.rules:

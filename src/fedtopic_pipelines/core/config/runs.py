@@ -120,12 +120,8 @@ class CompareConfig(ConfigModel):
         configs = {}
         for family in self.families:
             config = from_mapping(TrainConfig, self.train_params(train, family), f"compare.families.{family}")
-            capabilities = config.model.capabilities
-            if not capabilities.in_default_chain:
-                pipeline = sorted(capabilities.pipelines)[0]
-                raise ConfigError(
-                    f"parameter 'compare.families' names {family!r}, which scores on another protocol: it trains "
-                    f"with `kedro run --pipelines={pipeline}` (docs/{pipeline}.md)"
-                )
+            elsewhere = config.model.capabilities.trained_elsewhere()
+            if elsewhere:
+                raise ConfigError(f"parameter 'compare.families' names {family!r}, which scores otherwise: {elsewhere}")
             configs[family] = config
         return configs

@@ -43,12 +43,11 @@ def train_models(
     ``privacy`` (the top-level block) applies to the federated scenario (docs/privacy.md).
     """
     config = with_privacy(TrainConfig.from_params(params), privacy)
-    capabilities = config.model.capabilities
-    if not capabilities.in_default_chain:
-        pipeline = sorted(capabilities.pipelines)[0]
+    elsewhere = config.model.capabilities.trained_elsewhere()
+    if elsewhere:
+        family = config.model.family
         raise ConfigError(
-            f"parameter 'train.model.family' is {config.model.family!r}, which the default chain does not train: "
-            f"it trains with `kedro run --pipelines={pipeline}` from the '{pipeline}.train' block (docs/{pipeline}.md)"
+            f"parameter 'train.model.family' is {family!r}, which the default chain does not train: {elsewhere}"
         )
     matrices = training_matrices(config, organisations, common_vocabulary, inputs)
     return train_recorded(config, organisations, preprocess_params, consensus_params, common_vocabulary, matrices)
