@@ -223,9 +223,9 @@ def corpus_input(
         if dataset is None or not hasattr(dataset, "lineage") or not dataset.exists():
             return None
         lineages[org] = dataset.lineage()
-    frame = pd.DataFrame(
+    frame = pd.DataFrame(  # counts as floats: MLflow's schema inference hints at integer columns otherwise
         [
-            {"organisation": org, "split": split, "documents": n}
+            {"organisation": org, "split": split, "documents": float(n)}
             for org, lineage in lineages.items()
             for split, n in lineage["documents"].items()
         ]
