@@ -129,6 +129,10 @@ def test_smoke_run_is_one_mlflow_run_with_flat_params_metrics_and_artifacts(smok
     changed = run.data.tags["params_changed_id"]
     assert run.info.run_name == f"all@smoke prodlda {changed}" and len(changed) == 6
     assert json.loads(run.data.tags["params_changed_from_base"])["train.max_steps"] == 30  # conf/smoke's
+    # the configuration files that defined the run, by content (conf/base and conf/smoke)
+    files = json.loads(run.data.tags["conf_files"])
+    assert "conf/smoke/parameters.yml" in files and "conf/base/parameters_train.yml" in files
+    assert len(run.data.tags["conf_fingerprint"]) == 16
     log = (smoke_run / "run.log").read_text()
     for phase in ("setting up MLflow tracking", "checking every parameter block", "building the pipelines"):
         assert phase in log, phase  # what happens before the first node is said
@@ -226,6 +230,11 @@ def test_compare_ranks_every_family_in_every_scenario_with_one_evaluator_and_one
     # the evaluator scored every model inside the organisations: per-organisation scores of each
     metrics = json.loads((report / "metrics.json").read_text())
     assert set(metrics["models"]["nmf.federated"]["organisations"]) == set(metrics["organisations"])
+    # a score that cannot be computed says why: misc_forsale holds one newsgroup, NMF no word distribution
+    scores = metrics["models"]["nmf.federated"]["organisations"]
+    assert scores["misc_forsale"]["macro_f1_undefined"].startswith("1 class with two or more labelled")
+    assert "macro_f1_undefined" not in scores["computers"] and scores["computers"]["macro_f1"] is not None
+    assert scores["computers"]["perplexity_undefined"] == "the family gives no word distribution per document"
     client = MlflowClient(tracking_uri=f"sqlite:///{smoke_run / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("fedtopic_pipelines").experiment_id])
     parent = max((r for r in runs if r.info.run_name.startswith("compare")), key=lambda r: r.info.start_time)

@@ -23,6 +23,7 @@ from fedtopic_pipelines.hooks import (
     StageTimingsHook,
     ValidateParametersHook,
     changed_parameters,
+    conf_fingerprints,
     fail_orphaned_runs,
     git_commit,
     owner_is_dead,
@@ -74,9 +75,26 @@ def test_git_commit_and_dirty_flag_outside_and_inside_a_repository(tmp_path: Pat
     git("add", "a.txt")
     git("commit", "-qm", "first")
     head = git("rev-parse", "HEAD")
-    assert git_commit(tmp_path) == {"mlflow.source.git.commit": head, "git_dirty": "false"}
+    clean = {"mlflow.source.git.commit": head, "git_dirty": "false", "git_untracked_conf": "none"}
+    assert git_commit(tmp_path) == clean
     (tmp_path / "a.txt").write_text("two")
-    assert git_commit(tmp_path) == {"mlflow.source.git.commit": head, "git_dirty": "true"}
+    assert git_commit(tmp_path) == {**clean, "git_dirty": "true"}
+    # an environment of one's own, not yet in git: tracked files unchanged, the new files named
+    (tmp_path / "conf" / "mine").mkdir(parents=True)
+    (tmp_path / "conf" / "mine" / "parameters.yml").write_text("train: {max_steps: 3}\n")
+    assert git_commit(tmp_path)["git_untracked_conf"] == '["conf/mine/parameters.yml"]'
+
+
+def test_the_configuration_files_of_base_and_the_environment_are_fingerprinted(tmp_path: Path) -> None:
+    for env, text in (("base", "a: 1\n"), ("mine", "a: 2\n"), ("other", "a: 3\n")):
+        (tmp_path / "conf" / env).mkdir(parents=True)
+        (tmp_path / "conf" / env / "parameters.yml").write_text(text)
+    files = conf_fingerprints(tmp_path, ["base", "mine"])
+    assert list(files) == ["conf/base/parameters.yml", "conf/mine/parameters.yml"]  # not conf/other
+    (tmp_path / "conf" / "mine" / "parameters.yml").write_text("a: 4\n")
+    changed = conf_fingerprints(tmp_path, ["base", "mine"])
+    assert changed["conf/base/parameters.yml"] == files["conf/base/parameters.yml"]
+    assert changed["conf/mine/parameters.yml"] != files["conf/mine/parameters.yml"]
 
 
 def test_a_robust_rule_the_organisations_cannot_satisfy_stops_the_run_before_any_node() -> None:

@@ -127,9 +127,37 @@ def git_commit(project_path: Path) -> dict[str, str]:
             timeout=10,
             check=True,
         ).stdout.strip()
+        untracked = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all", "--", "conf"],
+            cwd=project_path,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return {}
-    return {"mlflow.source.git.commit": commit, "git_dirty": str(bool(dirty)).lower()}
+    # an environment folder of one's own (conf/mycorpus) is typically untracked: say so, since
+    # git_dirty (tracked files only) cannot, and conf_fingerprint records its content
+    new_conf = [line[3:] for line in untracked if line.startswith("??")]
+    return {
+        "mlflow.source.git.commit": commit,
+        "git_dirty": str(bool(dirty)).lower(),
+        "git_untracked_conf": json.dumps(new_conf)[:7000] if new_conf else "none",
+    }
+
+
+def conf_fingerprints(project_path: Path, envs: Sequence[str]) -> dict[str, str]:
+    """The content fingerprint of every file of the configuration folders ``envs`` read (base, then
+    the run's environment), by path relative to the project: which exact files defined the run,
+    tracked by git or not. Contents are not logged (an environment may hold credentials)."""
+    conf = project_path / settings.CONF_SOURCE
+    return {
+        str(path.relative_to(project_path)): digest(path.read_bytes().decode("utf-8", "replace"))
+        for env in dict.fromkeys(envs)
+        for path in sorted((conf / env).rglob("*"))
+        if path.is_file()
+    }
 
 
 class RunIdentityHook:
@@ -174,6 +202,11 @@ class RunIdentityHook:
         # what the run name's hash stands for (MLflow keeps up to 8,000 characters of a tag)
         tags["params_changed_from_base"] = json.dumps(changed, default=str)[:7000] if changed else "none"
         tags["params_changed_id"] = changed_id or "none"
+        files = conf_fingerprints(
+            self._context.project_path, [settings.CONFIG_LOADER_ARGS.get("base_env", "base"), env]
+        )
+        tags["conf_fingerprint"] = digest(files)
+        tags["conf_files"] = json.dumps(files)[:7000]
         if run.info.run_name == "+".join(names):  # kedro-mlflow's default: not set in mlflow.yml
             tags["mlflow.runName"] = run_name(names, env, run_families(params, names), changed_id)
         mlflow.set_tags(tags)

@@ -3,7 +3,7 @@ import pytest
 import scipy.sparse as sp
 
 from fedtopic_pipelines.core.config import OptimizerConfig, ProdLDAConfig, TrainConfig
-from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
+from fedtopic_pipelines.core.metrics.classification import svm_macro_f1, svm_undefined
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity, split_tokens
 from fedtopic_pipelines.core.metrics.topics import top_words, topic_diversity
 from fedtopic_pipelines.core.models.prodlda import ProdLDA
@@ -109,3 +109,23 @@ def test_summed_confusion_counts_score_as_the_pooled_predictions() -> None:
     assert summed["accuracy"] == pytest.approx(accuracy_score(truth, predicted), abs=1e-12)
     assert summed["organisations"] == 3  # the one that could train none is counted out
     assert pooled_scores([None]) == {"macro_f1": None, "accuracy": None, "organisations": 0}
+
+
+def test_an_undefined_macro_f1_says_why_exactly_when_the_svm_gives_none() -> None:
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(100, 3))
+    cases = {
+        "one class": np.array(["a"] * 100),
+        "one per class but one": np.array(["a"] * 99 + ["b"]),  # b has a single document: dropped
+        "unlabelled": np.array([""] * 100),
+        "too few": np.array(["a", "b", "c", "a", "b", "c"] + [""] * 94),
+        "two classes": np.array(["a", "b"] * 50),
+    }
+    for name, labels in cases.items():
+        reason = svm_undefined(labels, 0.2)
+        assert (reason is None) == (svm_macro_f1(features, labels, 0.2, 1.0, seed=0) is not None), name
+    assert svm_undefined(cases["one class"], 0.2).startswith("1 class with two or more labelled held-out documents")
+    assert (
+        svm_undefined(cases["too few"], 0.2)
+        == "6 labelled held-out documents are too few for a stratified split of 3 classes"
+    )

@@ -21,6 +21,24 @@ from sklearn.svm import LinearSVC
 logger = logging.getLogger(__name__)
 
 
+def svm_undefined(labels: np.ndarray, test_size: float) -> str | None:
+    """Why :func:`svm_predictions` gives no score for these ``labels`` (None: it gives one), in words
+    for metrics.json: a label per organisation leaves each organisation one class."""
+    labels = np.asarray(labels)
+    counts = Counter(labels[labels != ""].tolist())
+    kept = {y: n for y, n in counts.items() if n >= 2}
+    n, n_classes = sum(kept.values()), len(kept)
+    if n_classes < 2:
+        return (
+            f"{n_classes} class with two or more labelled held-out documents (an SVM needs two; "
+            "one label per organisation leaves each organisation a single class)"
+        )
+    n_test = math.ceil(test_size * n)
+    if n_test < n_classes or n - n_test < n_classes:
+        return f"{n} labelled held-out documents are too few for a stratified split of {n_classes} classes"
+    return None
+
+
 def svm_macro_f1(features: np.ndarray, labels: np.ndarray, test_size: float, c: float, seed: int) -> float | None:
     """Macro-F1 of a linear SVM, or ``None`` when it is undefined (logged): see :func:`svm_scores`."""
     scores = svm_scores(features, labels, test_size, c, seed)

@@ -363,6 +363,9 @@ def coherence_by_model(
             undefined_topics=int(len(ids) - len(finite)),
             coverage=coverage,
         )
-        if out[name].undefined_topics:
-            logger.info("%s: %d of %d topics have no %s coherence", name, out[name].undefined_topics, len(ids), measure)
+        if out[name].undefined_topics:  # DEBUG: an organisation's texts often lack a topic's word; metrics.json counts
+            # them (<measure>_undefined_topics), and an undefined pooled value earns its own WARNING with advice
+            logger.debug(
+                "%s: %d of %d topics have no %s coherence", name, out[name].undefined_topics, len(ids), measure
+            )
     return out

@@ -242,7 +242,8 @@ def _why_missing(row: Mapping[str, Any], family: str, scenario: str, found: Mapp
         elif m == "bytes_sent_per_organisation":
             why[m] = "the centralized baseline pools the documents: no update is sent"
         elif found.get(m) and found[m].get("left_out"):
-            why[m] = f"no value for {', '.join(map(str, found[m]['left_out']))} (see metrics.json)"
+            left_out = ", ".join(map(str, found[m]["left_out"]))
+            why[m] = f"no value for {left_out}: metrics.json's organisations.<org>.{m}_undefined says why"
         else:
             why[m] = "not computed for this scenario (see metrics.json)"
     return why

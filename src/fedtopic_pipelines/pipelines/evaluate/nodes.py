@@ -38,7 +38,7 @@ from fedtopic_pipelines.core.lineage import (
     tokens_fingerprint,
     vocabulary_fingerprint,
 )
-from fedtopic_pipelines.core.metrics.classification import svm_macro_f1
+from fedtopic_pipelines.core.metrics.classification import svm_macro_f1, svm_undefined
 from fedtopic_pipelines.core.metrics.coherence import (
     CoherenceCandidates,
     CoherenceError,
@@ -224,6 +224,15 @@ def _held_out_scores(
             scores[name]["macro_f1"] = svm_macro_f1(theta, test.labels, config.svm_test_size, config.svm_c, config.seed)
         else:
             scores[name]["macro_f1"] = None
+        why = {  # a score that cannot be computed says why (metrics.json; MLflow keeps numbers only)
+            "perplexity": None
+            if scores[name]["perplexity"] is not None
+            else ("no held-out document" if not len(test) else "the family gives no word distribution per document"),
+            "macro_f1": None
+            if scores[name]["macro_f1"] is not None
+            else ("no held-out document" if not len(test) else svm_undefined(test.labels, config.svm_test_size)),
+        }
+        scores[name].update({f"{m}_undefined": reason for m, reason in why.items() if reason})
     return scores
 
 
@@ -493,7 +502,7 @@ def _mlflow(per_model: Mapping[str, Any], scenarios: Mapping[str, Any]) -> dict[
                 {
                     f"{name}.{org}.{m}": v
                     for m, v in values.items()
-                    if v is not None and not m.endswith("_undefined_topics")
+                    if isinstance(v, int | float) and not isinstance(v, bool) and not m.endswith("_undefined_topics")
                 }
             )
     for s, values in scenarios.items():
