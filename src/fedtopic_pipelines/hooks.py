@@ -115,26 +115,16 @@ def run_families(params: Mapping[str, Any], pipeline_names: list[str] | None) ->
 
 def git_commit(project_path: Path) -> dict[str, str]:
     """The project's git commit and whether the work tree differs from it (empty outside git)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=project_path, capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=project_path, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=project_path,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        untracked = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=all", "--", "conf"],
-            cwd=project_path,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.splitlines()
+        commit = git("rev-parse", "HEAD").strip()
+        dirty = git("status", "--porcelain", "--untracked-files=no").strip()
+        untracked = git("status", "--porcelain", "--untracked-files=all", "--", "conf").splitlines()
     except (OSError, subprocess.SubprocessError):
         return {}
     # an environment folder of one's own (conf/mycorpus) is typically untracked: say so, since

@@ -97,8 +97,8 @@ def svm_predictions(
     features: np.ndarray, labels: np.ndarray, test_size: float, c: float, seed: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The test share's true and predicted classes of a linear SVM (seed 004's Table IV scores
-    them), or ``None`` when it cannot be trained (logged): fewer than two classes, or too few
-    documents for a stratified split with every class on both sides.
+    them), or ``None`` when it cannot be trained (:func:`svm_undefined` says why): fewer than two
+    classes, or too few documents for a stratified split with every class on both sides.
 
     Documents without a label (empty string) are left out; classes with fewer than two
     documents cannot be stratified and are dropped (logged).
@@ -110,18 +110,9 @@ def svm_predictions(
     if (~keep).any():
         logger.info("classification: dropped %d documents of classes with a single document", int((~keep).sum()))
     features, labels = features[keep], labels[keep]
-    n_classes = len(set(labels.tolist()))
-    if n_classes < 2:
-        return None
-    n_test = math.ceil(test_size * len(labels))
-    if n_test < n_classes or len(labels) - n_test < n_classes:
-        logger.warning(
-            "classification: %d documents are too few for a stratified %.0f/%.0f split of %d classes",
-            len(labels),
-            100 * (1 - test_size),
-            100 * test_size,
-            n_classes,
-        )
+    undefined = svm_undefined(labels, test_size)
+    if undefined is not None:  # metrics.json says why (evaluate's <metric>_undefined)
+        logger.debug("classification: %s", undefined)
         return None
     x_tr, x_te, y_tr, y_te = train_test_split(features, labels, test_size=test_size, random_state=seed, stratify=labels)
     return y_te, LinearSVC(C=c, random_state=seed).fit(x_tr, y_tr).predict(x_te)
