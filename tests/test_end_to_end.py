@@ -207,7 +207,7 @@ def test_compare_ranks_every_family_in_every_scenario_with_one_evaluator_and_one
 
     _run([str(BIN / "kedro"), "run", "--env=smoke", "--pipelines=compare"], smoke_run)
     report = smoke_run / "data/08_reporting/compare"
-    families = ["prodlda", "combinedtm", "zeroshottm", "nmf_exact", "nmf"]
+    families = ["prodlda", "combinedtm", "zeroshottm", "nmf_exact", "nmf", "lda"]
     scenarios = ["federated", "centralized", "non_collaborative"]
     table = pd.read_csv(report / "leaderboard.csv")
     assert list(zip(table["family"], table["scenario"], strict=True)) == [(f, s) for f in families for s in scenarios]
@@ -244,7 +244,7 @@ def test_compare_ranks_every_family_in_every_scenario_with_one_evaluator_and_one
     assert all(common <= set(r.data.metrics) for r in children)
     assert all({"family", "scenario", "n_topics", "max_steps", "rule"} <= set(r.data.params) for r in children)
     assert {r.info.run_name for r in children if "perplexity" in r.data.metrics} == {
-        f"{f}/{s}" for f in families[:3] for s in scenarios
+        f"{f}/{s}" for f in families if not f.startswith("nmf") for s in scenarios
     }
     assert "compare/leaderboard.csv" in {a.path for a in client.list_artifacts(parent.info.run_id, "compare")}
 

@@ -27,9 +27,9 @@ def test_unknown_scenario_is_named() -> None:
 
 
 def test_unknown_family_is_named() -> None:
-    families = r"\['prodlda', 'combinedtm', 'zeroshottm', 'word2vec', 'nmf', 'pctd', 'nmf_exact'\]"
-    with pytest.raises(ConfigError, match=r"parameter 'train.model.family' is 'lda'; expected one of " + families):
-        TrainConfig.from_params({"model": {"family": "lda"}})
+    families = r"\['prodlda', 'combinedtm', 'zeroshottm', 'word2vec', 'nmf', 'pctd', 'nmf_exact', 'lda'\]"
+    with pytest.raises(ConfigError, match=r"parameter 'train.model.family' is 'hdp'; expected one of " + families):
+        TrainConfig.from_params({"model": {"family": "hdp"}})
 
 
 def test_a_model_block_without_family_is_the_default_family() -> None:
@@ -231,7 +231,7 @@ def test_a_compared_family_keeps_the_train_model_keys_it_has_and_its_entry_repla
 @pytest.mark.parametrize(
     ("families", "refused"),
     [
-        ({"lda": {}}, r"'compare.families' names 'lda'; registered families: \["),
+        ({"hdp": {}}, r"'compare.families' names 'hdp'; registered families: \["),
         (
             {"word2vec": {}},
             r"'word2vec', which scores otherwise: it trains with `kedro run --pipelines=word2vec`",

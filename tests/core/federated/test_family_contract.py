@@ -188,6 +188,18 @@ CASES: dict[str, FamilyCase] = {
         preprocess=PREPROCESS,
         consensus=CONSENSUS,
     ),
+    "lda": FamilyCase(
+        train={
+            "model": {"family": "lda", "n_topics": 3, "iterations": 20},
+            "max_steps": 10,
+            "seed": 7,
+            "device": "cpu",
+        },
+        data=bags,
+        vocab_size=40,
+        preprocess=PREPROCESS,
+        consensus=CONSENSUS,
+    ),
     "pctd": FamilyCase(
         train={
             # noise on (sigma 0.5), with eq. 13 over GloVe: the noise streams must agree across engines

@@ -9,7 +9,7 @@ parameter by its full dotted path (``train.model.n_topics``) and the value given
 
 The ``train.model`` block is a discriminated union on ``family``: each model family
 (``core/families/``) has its own config class (``prodlda.py``, ``word2vec.py``, ``nmf.py``,
-``pctd.py`` here), and the registry (``registry.py``) builds the family from it. A block
+``pctd.py``, ``lda.py`` here), and the registry (``registry.py``) builds the family from it. A block
 without ``family`` is the default family, ProdLDA.
 
 The package's modules, from the ground up: ``base`` (the model base, error messages,
@@ -64,6 +64,7 @@ from fedtopic_pipelines.core.config.ingest import (
     Sha256,
     StreamingIngestConfig,
 )
+from fedtopic_pipelines.core.config.lda import LDAConfig
 from fedtopic_pipelines.core.config.nmf import NMFConfig, NMFExactConfig
 from fedtopic_pipelines.core.config.pctd import PCTDConfig
 from fedtopic_pipelines.core.config.privacy import ROBUST_RULES, DPConfig, PrivacyConfig, SecAggConfig
@@ -113,6 +114,7 @@ __all__ = [
     "IngestSyntheticConfig",
     "IngestTableConfig",
     "IngestWikipediaConfig",
+    "LDAConfig",
     "LabelPartitionConfig",
     "MaxDocuments",
     "ModelConfig",

@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from fedtopic_pipelines.core.capabilities import FamilyCapabilities
 from fedtopic_pipelines.core.config.family import FamilyConfig
+from fedtopic_pipelines.core.config.lda import LDAConfig
 from fedtopic_pipelines.core.config.nmf import NMFConfig, NMFExactConfig
 from fedtopic_pipelines.core.config.pctd import PCTDConfig
 from fedtopic_pipelines.core.config.prodlda import CombinedTMConfig, ProdLDAConfig, ZeroShotTMConfig
@@ -41,7 +42,17 @@ def unregister_model_config(tag: str) -> None:
     MODEL_CONFIGS.pop(tag, None)
 
 
-for _cls in (ProdLDAConfig, CombinedTMConfig, ZeroShotTMConfig, Word2VecConfig, NMFConfig, PCTDConfig, NMFExactConfig):
+_BUILT_IN = (
+    ProdLDAConfig,
+    CombinedTMConfig,
+    ZeroShotTMConfig,
+    Word2VecConfig,
+    NMFConfig,
+    PCTDConfig,
+    NMFExactConfig,
+    LDAConfig,
+)
+for _cls in _BUILT_IN:
     register_model_config(_cls)
 
 

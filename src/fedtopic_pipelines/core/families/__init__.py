@@ -17,6 +17,7 @@ from fedtopic_pipelines.core.config import (
     unregister_model_config,
 )
 from fedtopic_pipelines.core.families.ctm import ContextualFamily
+from fedtopic_pipelines.core.families.lda import LDAFamily
 from fedtopic_pipelines.core.families.nmf import NMFFamily
 from fedtopic_pipelines.core.families.nmf_exact import ExactNMFFamily
 from fedtopic_pipelines.core.families.pctd import PCTDFamily
@@ -76,3 +77,4 @@ register(Word2VecFamily())
 register(NMFFamily())
 register(ExactNMFFamily())
 register(PCTDFamily())
+register(LDAFamily())
