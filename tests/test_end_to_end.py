@@ -397,7 +397,7 @@ def test_bring_your_own_table_by_configuration_only(tmp_path: Path) -> None:
         "  filepath: data/01_raw/table/sites.jsonl\n"
     )
     _run([str(BIN / "kedro"), "run", "--env=mycorpus"], project)
-    metrics = json.loads((project / "data/08_reporting/metrics.json").read_text())
+    metrics = json.loads((project / "data/mycorpus/08_reporting/metrics.json").read_text())
     assert set(metrics["models"]["federated"]["organisations"]) == {"north", "south", "east"}
     # a missing text column stops with the file and parameter named
     (env_dir / "parameters.yml").write_text((env_dir / "parameters.yml").read_text().replace("content", "body"))
@@ -417,20 +417,22 @@ def test_wikipedia_corpus_out_of_the_box_through_the_whole_chain(tmp_path: Path)
         + "ingest_wikipedia: {processes: 2}\n"
     )
     _run([str(BIN / "kedro"), "run", "--env=wikismoke"], project)
-    report = json.loads((project / "data/08_reporting/ingestion_wikipedia.json").read_text())
+    # an environment without its own globals.yml writes under data/<env>/, apart from the demo's data/
+    report = json.loads((project / "data/wikismoke/08_reporting/ingestion_wikipedia.json").read_text())
+    assert not (project / "data/08_reporting/metrics.json").exists()
     assert report["documents_read"] == 206 and report["dropped"]["redirect"] == 100
     assert report["resumed_units"] == 0
-    metrics = json.loads((project / "data/08_reporting/metrics.json").read_text())
+    metrics = json.loads((project / "data/wikismoke/08_reporting/metrics.json").read_text())
     orgs = {"biology", "finance", "geography", "history", "sports"}
     assert set(metrics["models"]["federated"]["organisations"]) == orgs
     # one shard per work unit that kept biology articles, named in order, holding all of them
-    shards = sorted((project / "data/01_raw/organisations/biology").iterdir())
+    shards = sorted((project / "data/wikismoke/01_raw/organisations/biology").iterdir())
     assert [p.name for p in shards] == [f"part-{k:05d}.parquet" for k in range(len(shards))]
     assert 1 <= len(shards) <= report["units"]
     assert sum(len(pd.read_parquet(p)) for p in shards) == sum(report["kept"]["biology"].values())
     # a second run resumes: finished units are not parsed again
     _run([str(BIN / "kedro"), "run", "--env=wikismoke", "--pipelines=ingest_wikipedia"], project)
-    again = json.loads((project / "data/08_reporting/ingestion_wikipedia.json").read_text())
+    again = json.loads((project / "data/wikismoke/08_reporting/ingestion_wikipedia.json").read_text())
     assert again["resumed_units"] == again["units"] == report["units"]
     assert again["kept"] == report["kept"]
     # organisations that do not match the rules are named before anything runs

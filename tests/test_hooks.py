@@ -21,6 +21,7 @@ from fedtopic_pipelines.hooks import (
     OWNER_PID,
     OWNER_START,
     StageTimingsHook,
+    StaleReportsHook,
     ValidateParametersHook,
     changed_parameters,
     conf_fingerprints,
@@ -341,3 +342,40 @@ def test_a_run_ends_with_its_seconds_by_stage_slowest_first_failed_stages_named(
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0].startswith("run failed after ") and lines[1] == "clean_documents: 4.0 s (2 x, longest 3.0 s)"
     assert lines[3] == "evaluate_organisation: 0.2 s (1 x, longest 0.2 s, failed)"
+
+
+def test_a_run_removes_the_reports_it_rewrites_before_its_first_node(tmp_path: Path, caplog) -> None:
+    """So that a run failing midway leaves its reports missing, not an earlier run's looking
+    current. Left alone: an input, a model file, a partitioned report (a sweep may write only
+    some partitions), a report of another pipeline."""
+    from kedro.io import DataCatalog
+    from kedro.pipeline import node, pipeline
+
+    reports = tmp_path / "data/08_reporting"
+    entries = {
+        "metrics": {"type": "json.JSONDataset", "filepath": str(reports / "metrics.json")},
+        "figure": {"type": "text.TextDataset", "filepath": str(reports / "sub/figure.txt")},
+        "model": {"type": "json.JSONDataset", "filepath": str(tmp_path / "data/06_models/model.json")},
+        "rows": {"type": "partitions.PartitionedDataset", "path": str(reports / "rows"), "dataset": "json.JSONDataset"},
+        "other": {"type": "json.JSONDataset", "filepath": str(reports / "other.json")},
+        "source": {"type": "json.JSONDataset", "filepath": str(reports / "source.json")},
+    }
+    for entry in entries.values():
+        path = Path(entry.get("filepath") or entry["path"] + "/a.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    catalog = DataCatalog.from_config(entries)
+    run = pipeline(
+        [
+            node(lambda s: ({}, "", {}, {"a": {}}), "source", ["metrics", "figure", "model", "rows"], name="n"),
+            node(lambda m: m, "metrics", "in_memory", name="m"),
+        ]
+    )
+    with caplog.at_level("INFO", logger="fedtopic_pipelines.hooks"):
+        StaleReportsHook().before_pipeline_run({}, run, catalog)
+    assert not (reports / "metrics.json").exists() and not (reports / "sub/figure.txt").exists()
+    assert (tmp_path / "data/06_models/model.json").exists()
+    assert (
+        (reports / "rows/a.json").exists() and (reports / "other.json").exists() and (reports / "source.json").exists()
+    )
+    assert "2 reports of an earlier run removed" in caplog.text

@@ -265,6 +265,40 @@ def corpus_input(
 
 
 LOCK_FILE = ".kedro-run.lock"  # in the project folder; git-ignored
+REPORTS = "08_reporting"
+
+
+def report_files(pipeline: Pipeline, catalog: Any) -> list[Path]:
+    """The existing local files of the reports ``pipeline`` writes: its outputs saved as one file
+    under a ``08_reporting`` folder. A partitioned report (a folder of partitions) is left out,
+    since a run may write only some of its partitions (a sweep's), and so is a versioned one."""
+    found = []
+    for name in sorted(pipeline.all_outputs()):
+        dataset = catalog.get(name)  # None: an output the catalog does not hold (kept in memory)
+        path = dataset._describe().get("filepath") if dataset is not None else None
+        if path is None or getattr(dataset, "_version", None) is not None:
+            continue
+        file = Path(str(path))
+        if REPORTS in file.parts and file.is_file():
+            found.append(file)
+    return found
+
+
+class StaleReportsHook:
+    """A failed run must not leave an earlier run's reports looking current (``dvc metrics show``,
+    a figure in 08_reporting): before the first node, the reports this run rewrites are removed,
+    as ``dvc repro`` removes a stage's outputs before its command. A run that ends writes them
+    all again; one that fails leaves them missing, not stale. Runs after the lock and the
+    parameter checks, so a refused run removes nothing."""
+
+    @hook_impl(trylast=True)
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline: Pipeline, catalog: Any) -> None:
+        stale = report_files(pipeline, catalog)
+        for file in stale:
+            file.unlink(missing_ok=True)
+        if stale:
+            logger.info("%d reports of an earlier run removed: this run writes them again", len(stale))
+            logger.debug("removed: %s", ", ".join(map(str, stale)))
 
 
 class ProjectLockHook:

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from kedro.config import OmegaConfigLoader
 from kedro.framework.project import settings
 from kedro.pipeline import Pipeline
 
@@ -32,7 +31,7 @@ def project_parameters(
     ``bootstrap_project`` in a script; otherwise Kedro's defaults replace whole blocks.
     """
     conf = (project_path or Path.cwd()) / settings.CONF_SOURCE
-    loader = OmegaConfigLoader(
+    loader = settings.CONFIG_LOADER_CLASS(
         str(conf), env=env or os.getenv("KEDRO_ENV"), runtime_params=runtime_params, **settings.CONFIG_LOADER_ARGS
     )
     return loader["parameters"]

@@ -1,6 +1,7 @@
 """Kedro project settings."""
 
 import warnings
+from typing import Any
 
 from kedro.config import OmegaConfigLoader
 
@@ -9,6 +10,7 @@ from fedtopic_pipelines.hooks import (
     ProjectLockHook,
     RunIdentityHook,
     StageTimingsHook,
+    StaleReportsHook,
     StartupPhasesHook,
     ValidateParametersHook,
 )
@@ -20,15 +22,43 @@ HOOKS = (
     RunIdentityHook(),
     KilledRunsHook(),
     StageTimingsHook(),
+    StaleReportsHook(),
 )
 CONF_SOURCE = "conf"
-CONFIG_LOADER_CLASS = OmegaConfigLoader
+DEFAULT_RUN_ENV = "local"
+SHARED_ROOT_ENVS = frozenset({"base", DEFAULT_RUN_ENV})
+
+
+def data_root(env: str | None) -> str:
+    """Where a run of ``env`` writes when no globals.yml sets ``data_root``: the default
+    environment into data/, any other into data/<env>/, so that trying two corpora never
+    overwrites the first one's vocabulary, models or reports (docs/data.md)."""
+    return "data" if env is None or env in SHARED_ROOT_ENVS else f"data/{env}"
+
+
+class ProjectConfigLoader(OmegaConfigLoader):
+    """Kedro's loader with ``globals.data_root`` defaulting to :func:`data_root` of the run's
+    environment; a ``data_root`` in the environment's globals.yml wins (smoke shares data/)."""
+
+    def __init__(self, conf_source: str, env: str | None = None, **kwargs) -> None:
+        super().__init__(conf_source, env=env, **kwargs)
+        self["globals"] = {"data_root": data_root(self.env or kwargs.get("default_run_env")), **self._globals}
+
+    def __getitem__(self, key: str) -> Any:
+        # OmegaConf's ``globals`` resolver is process-wide and each loader registers its own on
+        # creation: the last one created (the registry's, a hook's of base) would otherwise
+        # resolve this loader's catalog with its environment's root.
+        self._register_globals_resolver()
+        return super().__getitem__(key)
+
+
+CONFIG_LOADER_CLASS = ProjectConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
-    "default_run_env": "local",
+    "default_run_env": DEFAULT_RUN_ENV,
     "config_patterns": {"mlflow": ["mlflow*", "mlflow*/**"]},
     # An environment (conf/smoke, conf/<yours>) overrides only the keys it names.
-    "merge_strategy": {"parameters": "soft", "catalog": "soft", "mlflow": "soft"},
+    "merge_strategy": {"parameters": "soft", "catalog": "soft", "mlflow": "soft", "globals": "soft"},
 }
 
 # Each organisation's steps live in its namespace ``clients.<org>`` and the federated
