@@ -402,6 +402,11 @@ def test_the_real_data_experiment_writes_amwmd_per_node_and_model(tiny_raw_table
     assert set(result["claim"]["alpha"]["federated_better_than_every_other_node"]) == {"federated_3", "federated_5"}
     assert math.isfinite(result["pooled"]["federated_5"]["c_npmi"])
     assert out["realdata_figure"].axes
+    # every figure of the report is an MLflow metric too (realdata.<key>)
+    logged = out["realdata_metrics_mlflow"]
+    assert logged["amwmd.alpha.local__beta"] == [{"step": 0, "value": result["amwmd"]["alpha"]["local__beta"]}]
+    assert logged["pooled.federated_5.c_npmi"][0]["value"] == result["pooled"]["federated_5"]["c_npmi"]
+    assert {f"best_other_node.{org}" for org in ORGS} <= set(logged)
 
 
 def test_the_chain_trains_and_evaluates_fednmf_and_prodlda_under_a_weights_rule(tiny_raw_tables, tmp_path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any
 
 import matplotlib
@@ -60,9 +61,11 @@ def compare_topics(
     metrics: dict[str, Any],
     realdata: dict[str, Any],
     organisations: list[str],
-) -> tuple[dict[str, Any], plt.Figure]:
+) -> tuple[dict[str, Any], plt.Figure, dict[str, list[dict[str, float]]]]:
     """AMWMD of every model against each node's own topics (Fig. 4's matrix), with each model's
-    pooled NPMI and topic diversity beside it, as JSON and a figure."""
+    pooled NPMI and topic diversity beside it, as JSON, a figure and MLflow metrics
+    (``realdata.amwmd.<node>.<model>``, ``realdata.best_other_node.<node>``,
+    ``realdata.pooled.<model>.<measure>``)."""
     experiment = from_mapping(RealDataConfig, realdata, "realdata")
     topics = model_topics(models, vocabulary, experiment.top_words)
     nodes = {org: topics[LOCAL + org] for org in organisations}
@@ -97,7 +100,21 @@ def compare_topics(
             entry["best_other_node"],
             ", ".join(f"{n} {entry[n]:.3f}" for n in federated),
         )
-    return result, figure(values, scores, organisations)
+    return result, figure(values, scores, organisations), mlflow_metrics(result)
+
+
+def mlflow_metrics(result: dict[str, Any]) -> dict[str, list[dict[str, float]]]:
+    """Every finite number of the AMWMD report as an MLflow metric (one step each)."""
+    numbers: dict[str, Any] = {
+        **{f"amwmd.{org}.{model}": v for org, row in result["amwmd"].items() for model, v in row.items()},
+        **{f"best_other_node.{org}": entry["best_other_node"] for org, entry in result["claim"].items()},
+        **{f"pooled.{model}.{m}": v for model, scores in result["pooled"].items() for m, v in scores.items()},
+    }
+    return {
+        key: [{"step": 0, "value": float(value)}]
+        for key, value in numbers.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
+    }
 
 
 def figure(values: pd.DataFrame, scores: dict[str, dict[str, Any]], organisations: list[str]) -> plt.Figure:

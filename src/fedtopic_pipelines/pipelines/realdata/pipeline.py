@@ -46,7 +46,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                     "params:realdata",
                     "params:organisations",
                 ],
-                outputs=["realdata_amwmd", "realdata_figure"],
+                outputs=["realdata_amwmd", "realdata_figure", "realdata_metrics_mlflow"],
                 name="compare_realdata_topics",
             )
         ]
