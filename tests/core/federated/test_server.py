@@ -16,7 +16,14 @@ from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.client import FamilyClient
 from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.messages import Instruction, Update, UpdateKind
-from fedtopic_pipelines.core.federated.server import FederatedServer, NoUsableUpdates, StoppingRule, diverged_hint
+from fedtopic_pipelines.core.federated.server import (
+    FederatedServer,
+    NoUsableUpdates,
+    RoundRecord,
+    StoppingRule,
+    diverged_hint,
+    round_postfix,
+)
 from tests.conftest import poisson_matrices
 
 V = 50
@@ -404,3 +411,11 @@ def test_a_secure_aggregate_is_held_to_each_summed_organisations_capacity(declar
     with pytest.raises(NoUsableUpdates) as raised:
         server.run(engine, progress=False)
     assert says in str(raised.value)
+
+
+def test_the_progress_bar_shows_the_loss_or_else_the_convergence_measure_never_nan() -> None:
+    """PC-TD under noise and LDA send no loss: their bar shows how much the topics moved."""
+    assert round_postfix(RoundRecord(0, {"loss": 12.34}, 10), "relative_change") == {"loss": "12.3"}
+    assert round_postfix(RoundRecord(0, {"relative_change": 0.00123}, 10), "relative_change") == {"change": "1.23e-03"}
+    assert round_postfix(RoundRecord(0, {"epsilon_rdp": 2.0}, 10), "relative_change") == {}
+    assert round_postfix(RoundRecord(0, {}, 10), None) == {}

@@ -109,6 +109,15 @@ class RoundRecord:
         return cls(**raw)
 
 
+def round_postfix(record: RoundRecord, convergence_metric: str | None) -> dict[str, str]:
+    """What a progress bar shows of a round: its loss, or where the organisations send none (PC-TD
+    under noise, LDA) the strategy's convergence measure, never ``loss=nan``."""
+    if math.isfinite(record.loss):
+        return {"loss": f"{record.loss:.1f}"}
+    change = record.metrics.get(convergence_metric) if convergence_metric else None
+    return {"change": f"{change:.2e}"} if change is not None and math.isfinite(change) else {}
+
+
 @dataclass
 class _Exchanges:
     """What a round's exchanges before its instruction saw: how many ran, what each organisation's
@@ -458,7 +467,7 @@ class FederatedServer:
                 postfix["val"] = f"{record.validation_loss:.1f}"
             # Set before update(), which redraws: the bar shows this round's loss and the
             # latest validation loss, never a stale one.
-            bar.set_postfix({"loss": f"{record.loss:.1f}", **postfix}, refresh=False)
+            bar.set_postfix({**round_postfix(record, self.strategy.convergence_metric), **postfix}, refresh=False)
             bar.update(1)
             if now - last_report >= self.report_every_s or round_ == first:
                 self._report(record, (now - started) / (round_ + 1 - first))
