@@ -279,6 +279,10 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
     assert models["federated"]["epsilon_pld"] == pytest.approx(spent.epsilon_pld, rel=1e-9)
     assert models["centralized"]["epsilon_rdp"] is None  # no noise: no guarantee, not a number
     assert models["local_dp__science"]["epsilon_rdp"] == pytest.approx(spent.epsilon_rdp, rel=1e-9)
+    # a lone party's model: the pooled view in perplexity, its own party's held-out documents named beside
+    assert models["local__science"]["own_perplexity"] == models["local__science"]["perplexity.science"]
+    assert models["lda_local__computers"]["own_perplexity"] == models["lda_local__computers"]["perplexity.computers"]
+    assert "own_perplexity" not in models["federated"]
     assert {"federated_below_every_party_same_noise", "federated_below_every_party_no_noise"} <= set(metrics["claims"])
     assert (report / "fig3_parties.png").is_file()
     assert {p.name for p in (report / "figures").iterdir()} == {
@@ -291,6 +295,7 @@ def test_pctd_reports_perplexity_coherence_and_epsilon_for_every_scenario_in_mlf
     assert run.data.metrics["pctd.eval.federated.epsilon_rdp"] == pytest.approx(spent.epsilon_rdp, rel=1e-9)
     assert "pctd.eval.federated.epsilon_pld" in run.data.metrics and "pctd.eval.federated.delta" in run.data.metrics
     assert "pctd.eval.lda_pooled.umass" in run.data.metrics
+    assert "pctd.eval.local__science.own_perplexity" in run.data.metrics
     curve = client.get_metric_history(run.info.run_id, "pctd.train.federated.epsilon_rdp")
     assert [m.step for m in curve] == list(range(6))
     assert len(client.get_metric_history(run.info.run_id, "pctd.sweep.sigma_1.perplexity")) == 2

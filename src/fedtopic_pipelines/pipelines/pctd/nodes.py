@@ -152,12 +152,18 @@ def evaluate_pctd(
 ) -> tuple[dict[str, Any], Any, dict[str, Any]]:
     """Every trained scenario and gensim LDA (pooled, and each party alone) scored from the
     organisations' sums; (epsilon, delta) by RDP and PLD for every PC-TD model. Returns
-    ``metrics.json``, Fig. 3 (each party alone vs federated) and the MLflow metrics."""
+    ``metrics.json``, Fig. 3 (each party alone vs federated) and the MLflow metrics. ``perplexity``
+    is every model's on every party's held-out documents (the pooled view the figure compares); a
+    lone party's model also has ``own_perplexity``, on its own party's alone."""
     run = _run(params)
     scored = _main_models(models, baselines)
     sent = {org: evaluations[org]["models"] for org in organisations}
     combine_scores(scored, sent, common_vocabulary["term"].tolist(), run)
     results = {m.name: {**m.scores, **m.info} for m in scored}
+    for name, values in results.items():  # a lone party's model on its own held-out documents, named beside
+        party = name.rpartition("__")[2]
+        if "__" in name and party in organisations:
+            values["own_perplexity"] = values.get(f"perplexity.{party}")
     claims = _claims(results, organisations)
     topics = run.train.model.n_topics
     metrics = {"models": results, "claims": claims, "organisations": organisations, "topics": topics}
