@@ -101,11 +101,13 @@ class FedNMFEvaluateConfig(ConfigModel):
 class HeterogeneityConfig(ConfigModel):
     """Fig. 4: ``methods`` at ``topics`` topics on the pooled training documents partitioned again
     into K organisations of ``clients`` with Dirichlet(alpha p) label skew for each of
-    ``alphas`` (the other setting at the main run's: alpha 1, K the organisations). Empty
-    lists skip the sweep."""
+    ``alphas`` (the other setting at the main run's: alpha 1, K the organisations).
+    ``enabled: false`` turns the figure off (so does an empty list): no sweep, no table, no
+    figure, and a log line that says so."""
 
     block: ClassVar[str] = "fednmf.heterogeneity"
 
+    enabled: bool = True
     alphas: tuple[PositiveFloat, ...] = (0.1, 1.0, 10.0)
     clients: tuple[Annotated[int, Field(ge=2)], ...] = (10, 30, 50)
     methods: tuple[FederatedNMFMethod, ...] = ("fedavg", "fedavg_mi", "fedadam", "fedadam_mi")

@@ -473,7 +473,10 @@ def run_heterogeneity(
     K), and ``heterogeneity.methods`` trained on them. Returns the rows (each with the ``key``
     of its model) and the models, which the corpus's own organisations score as the main sweep's."""
     config = run.heterogeneity
-    if not config.alphas or not config.clients or not config.methods:
+    empty = [name for name in ("alphas", "clients", "methods") if not getattr(config, name)]
+    if not config.enabled or empty:
+        why = "enabled is false" if not config.enabled else f"{' and '.join(empty)} empty"
+        logger.info("fednmf: Fig. 4 (heterogeneity) off, fednmf.heterogeneity.%s: no sweep, table or figure", why)
         return [], {}
     train = [bow.subset("train") for bow in organisations.values()]
     pooled = sp.vstack([b.matrix for b in train]).tocsr()

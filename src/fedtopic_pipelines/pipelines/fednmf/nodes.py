@@ -232,7 +232,8 @@ def summarise_fednmf(
     for name, claim in metrics["claims"].items():
         logger.info("fednmf claim %s: %s", name, claim)
     figures = _figures(tables, len(organisations))
-    return metrics, tables, figures, _mlflow_runs(runs, tables, figures)
+    written = {name: table for name, table in tables.items() if len(table)}  # a figure turned off writes no table
+    return metrics, written, figures, _mlflow_runs(runs, written, figures)
 
 
 def _figures(tables: dict[str, pd.DataFrame], organisations: int) -> dict[str, plt.Figure]:
