@@ -447,6 +447,13 @@ def test_wikipedia_corpus_out_of_the_box_through_the_whole_chain(tmp_path: Path)
     assert "(same names, same order) for corpus 'wikipedia'" in output
 
 
+def test_a_pipeline_whose_input_is_missing_says_which_pipeline_to_run_without_a_traceback(tmp_path: Path) -> None:
+    project = _copy_project(tmp_path)
+    output = _run_failing([str(BIN / "kedro"), "run", "--env=smoke", "--pipelines=evaluate"], project)
+    assert "kedro run refused (MissingInputError): trained_models: no trained models at" in output
+    assert "run the train pipeline first" in output and "Traceback" not in output
+
+
 def test_unknown_scenario_stops_the_run_naming_the_parameter(tmp_path: Path) -> None:
     project = _copy_project(tmp_path)
     (project / "conf/smoke/parameters.yml").write_text(

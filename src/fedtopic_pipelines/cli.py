@@ -5,10 +5,10 @@ The organisations (one namespaced pipeline each) and the corpus are configuratio
 ``--env`` to the registry; exporting it as ``KEDRO_ENV`` (which Kedro itself honours)
 makes ``kedro run --env=smoke`` and ``KEDRO_ENV=smoke kedro run`` equivalent.
 
-A refusal (a bad parameter, a busy project folder, artefacts of another run read together)
-ends the command with its one-paragraph message on stderr and exit status 2, not a traceback:
-the message names the parameter, file or stage and what to do; a traceback of Kedro's and the
-hooks' frames buries it.
+A refusal (a bad parameter, a busy project folder, artefacts of another run read together,
+an input that another pipeline writes and that is absent) ends the command with its
+one-paragraph message on stderr and exit status 2, not a traceback: the message names the
+parameter, file or stage and what to do; a traceback of Kedro's and the hooks' frames buries it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,21 @@ from kedro.framework.cli.project import run as kedro_run
 from fedtopic_pipelines.core.config import ConfigError
 from fedtopic_pipelines.core.lineage import LineageError
 from fedtopic_pipelines.core.runlock import ProjectBusyError
+from fedtopic_pipelines.refusals import MissingInputError
 
-REFUSALS = (ConfigError, ProjectBusyError, LineageError)
+REFUSALS = (ConfigError, ProjectBusyError, LineageError, MissingInputError)
+
+
+def refusal(exc: BaseException) -> BaseException | None:
+    """The refusal behind ``exc``: itself, or one it was raised from (Kedro wraps a dataset's
+    error in its own ``DatasetError`` naming the dataset)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, REFUSALS):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return None
 
 
 @click.group(name="fedtopic_pipelines")
@@ -36,8 +49,12 @@ def _run(**kwargs: Any) -> Any:
         os.environ["KEDRO_ENV"] = kwargs["env"]
     try:
         return kedro_run.callback(**kwargs)
-    except REFUSALS as exc:
-        click.echo(f"kedro run refused ({type(exc).__name__}): {exc}", err=True)
+    except Exception as exc:
+        found = refusal(exc)
+        if found is None:
+            raise
+        # the outermost message: Kedro's names the dataset before the dataset's own words
+        click.echo(f"kedro run refused ({type(found).__name__}): {exc}", err=True)
         raise SystemExit(2) from None
 
 

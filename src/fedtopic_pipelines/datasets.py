@@ -20,6 +20,7 @@ from fedtopic_pipelines.core.shards import ShardedTable, write_parquet_atomic
 from fedtopic_pipelines.core.text.corpus import SourceTable, load_table, read_ordered_corpus
 from fedtopic_pipelines.core.text.demo import RawCorpus, read_demo_wheel
 from fedtopic_pipelines.core.vocab.consensus import BowCorpus
+from fedtopic_pipelines.refusals import MissingInputError
 
 VOCABULARY_KEY = "fedtopic.vocabulary"  # Parquet schema metadata of a bag of words' rows
 TOKENS_KEY = "fedtopic.tokens"  # ... and the fingerprint of the token table it counted
@@ -96,7 +97,7 @@ class ParquetShardsDataset(AbstractDataset[pd.DataFrame | ShardedTable, ShardedT
 
     def _load(self) -> ShardedTable:
         if not self._path.is_dir():
-            raise DatasetError(f"no shards at '{self._path}': run the pipeline that writes it first")
+            raise MissingInputError(f"no shards at '{self._path}': run the pipeline that writes it first")
         return ShardedTable.from_directory(self._path)
 
     def _save(self, data: pd.DataFrame | ShardedTable) -> None:
@@ -134,7 +135,7 @@ class BowCorpusDataset(AbstractDataset[BowCorpus, BowCorpus]):
 
     def _load(self) -> BowCorpus:
         if not (self._matrix.is_file() and self._rows.is_file()):
-            raise DatasetError(f"no bag of words at '{self._matrix}': run the vocab_consensus pipeline first")
+            raise MissingInputError(f"no bag of words at '{self._matrix}': run the vocab_consensus pipeline first")
         rows = pd.read_parquet(self._rows)
         matrix = sp.load_npz(self._matrix).tocsr()
         if matrix.shape[0] != len(rows):
@@ -190,7 +191,7 @@ class EmbeddingsDataset(AbstractDataset[DocumentEmbeddings, DocumentEmbeddings])
 
     def _load(self) -> DocumentEmbeddings:
         if not (self._values.is_file() and self._meta.is_file()):
-            raise DatasetError(f"no embeddings at '{self._values}': run the vocab_consensus pipeline first")
+            raise MissingInputError(f"no embeddings at '{self._values}': run the vocab_consensus pipeline first")
         meta = json.loads(self._meta.read_text())
         values = np.load(self._values, allow_pickle=False)
         if list(values.shape) != meta.get("shape"):
@@ -233,7 +234,7 @@ class TrainedModelsDataset(AbstractDataset[dict[str, TrainedModel], dict[str, Tr
 
     def _load(self) -> dict[str, TrainedModel]:
         if not (self._path / "models.json").is_file():
-            raise DatasetError(f"no trained models at '{self._path}': run the train pipeline first")
+            raise MissingInputError(f"no trained models at '{self._path}': run the train pipeline first")
         key, signature = self._path.resolve(), self._signature()
         cached = self._parsed.get(key)
         if cached is not None and cached[0] == signature:
@@ -265,7 +266,7 @@ class WordVectorsDataset(AbstractDataset[dict[str, Any], dict[str, Any]]):
 
         files = sorted(self._path.glob("*.txt"))
         if not files:
-            raise DatasetError(f"no word vectors at '{self._path}': run `kedro run --pipelines=word2vec` first")
+            raise MissingInputError(f"no word vectors at '{self._path}': run `kedro run --pipelines=word2vec` first")
         return {f.stem: KeyedVectors.load_word2vec_format(str(f), binary=False) for f in files}
 
     def _save(self, data: dict[str, Any]) -> None:
