@@ -120,6 +120,34 @@ def test_ingest_table_slice_skips_bad_records_of_a_file(tmp_path) -> None:
     assert report["documents_read"] == 6 and report["not_configured"]["first_lines"] == [7]
 
 
+def test_a_labelled_table_reaches_the_label_skew_partition() -> None:
+    """``ingest_table.partition``: the organisations drawn from the labels (Dirichlet label skew,
+    as ``ingest_archives.partition``), equal sizes, the leftover documents counted, the same seed
+    giving the same organisations; the organisation column is not read."""
+    import pandas as pd
+
+    from fedtopic_pipelines.core.config import ConfigError
+
+    labels = ["spam"] * 30 + ["ham"] * 41
+    frame = pd.DataFrame({"body": [f"text number {i}" for i in range(71)], "tag": labels})
+    params = {"text_column": "body", "organisation_column": None, "label_column": "tag", "test_fraction": 0.0}
+    inputs = {"document_table": SourceTable(frame, "mem.csv"), "params:organisations": ["o1", "o2", "o3"]}
+    pipe = ingest_table.create_pipeline(["o1", "o2", "o3"])
+    out = run_slice(pipe, {**inputs, "params:ingest_table": {**params, "partition": {"alpha": 0.1, "seed": 3}}})
+    report = out["ingestion_report_table"]
+    sizes = [len(out[f"clients.{o}.raw_documents"]) for o in ("o1", "o2", "o3")]
+    assert sizes == [23, 23, 23]  # 71 // 3 each
+    assert report["dropped"]["partition_remainder"] == 2 and report["documents_read"] == 71
+    assert report["partition"]["alpha"] == 0.1 and len(report["partition"]["remainder_source_lines"]) == 2
+    # alpha 0.1: organisations mostly of one label; the same seed draws the same ones
+    again = run_slice(pipe, {**inputs, "params:ingest_table": {**params, "partition": {"alpha": 0.1, "seed": 3}}})
+    assert again["clients.o2.raw_documents"]["text"].tolist() == out["clients.o2.raw_documents"]["text"].tolist()
+    with pytest.raises(ConfigError, match="set 'label_column'"):
+        run_slice(pipe, {**inputs, "params:ingest_table": {**params, "label_column": None, "partition": {}}})
+    with pytest.raises(ConfigError, match="set it to null, or remove 'partition'"):
+        run_slice(pipe, {**inputs, "params:ingest_table": {**params, "organisation_column": "tag", "partition": {}}})
+
+
 # Streaming corpora --------------------------------------------------------------------------------
 
 

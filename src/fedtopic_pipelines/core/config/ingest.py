@@ -32,18 +32,46 @@ class IngestDemoConfig(ConfigModel):
     seed: Seed = 42
 
 
+class LabelPartitionConfig(ConfigModel):
+    """Organisations drawn from a labelled corpus with Dirichlet(alpha p) label skew (seed 004
+    sec. IV-D, after Hsu et al. 2019): as many organisations as ``organisations`` lists, of equal size."""
+
+    alpha: PositiveFloat = 1.0  # small: each organisation holds few labels; large: each holds p
+    seed: Seed = 42
+
+
 class IngestTableConfig(ConfigModel):
-    """A user's table: which columns hold the text, organisation, label and split."""
+    """A user's table: which columns hold the text, organisation, label and split. With
+    ``partition`` the organisations are drawn from the labels by Dirichlet label skew instead
+    (as ``ingest_archives.partition``): the label column is then required and the organisation
+    column is not read (set it to null)."""
 
     block: ClassVar[str] = "ingest_table"
 
     text_column: Name = "text"
-    organisation_column: Name = "organisation"
+    organisation_column: Name | None = "organisation"
     label_column: Name | None = None
     split_column: Name | None = None
+    partition: LabelPartitionConfig | None = None  # draw the organisations by label skew instead
     test_fraction: Fraction = 0.2
     max_documents: MaxDocuments = None
     seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _organisations(self) -> Self:
+        if self.partition is None and self.organisation_column is None:
+            raise ValueError(
+                "'organisation_column' is null: name the column of each row's organisation, or set "
+                "'partition' to draw the organisations by label skew"
+            )
+        if self.partition is not None and self.label_column is None:
+            raise ValueError("'partition' draws the organisations from the labels: set 'label_column'")
+        if self.partition is not None and self.organisation_column is not None:
+            raise ValueError(
+                f"'partition' draws every row's organisation, but 'organisation_column' is "
+                f"{self.organisation_column!r}: set it to null, or remove 'partition'"
+            )
+        return self
 
 
 MultiMatch = Literal["first", "all", "drop"]
@@ -108,14 +136,6 @@ class ArchiveSourceConfig(ConfigModel):
         if self.unit == "json" and not self.json_texts:
             raise ValueError("unit 'json' needs 'json_texts' (dotted paths to each record's strings)")
         return self
-
-
-class LabelPartitionConfig(ConfigModel):
-    """Organisations drawn from a labelled corpus with Dirichlet(alpha p) label skew (seed 004
-    sec. IV-D, after Hsu et al. 2019): as many organisations as ``organisations`` lists, of equal size."""
-
-    alpha: PositiveFloat = 1.0  # small: each organisation holds few labels; large: each holds p
-    seed: Seed = 42
 
 
 class IngestArchivesConfig(ConfigModel):

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from fedtopic_pipelines.core.ingest.partition import dirichlet_label_partition
+from fedtopic_pipelines.core.ingest.partition import partition_raw_corpus
 from fedtopic_pipelines.core.text.corpus import csv_records
 from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus, SkippedRecord, sha256_of
 
@@ -474,22 +474,9 @@ def archive_corpus(
 def partition_archive_corpus(
     raw: RawCorpus, config: Any, organisations: Sequence[str]
 ) -> tuple[RawCorpus, dict[str, Any]]:
-    """The corpus with each document's organisation drawn by label skew (``config.partition``,
-    core/ingest/partition.py), train and test documents together, and the partition's report.
-
-    The documents left over (``N - K * (N // K)``) are removed from the corpus and reported
-    with their labels and source lines (``remainder_source_lines``): the caller counts them.
-    """
+    """The archives' corpus with each document's organisation drawn by label skew
+    (``config.partition``: :func:`~fedtopic_pipelines.core.ingest.partition.partition_raw_corpus`)."""
     if config.partition is None:
         raise ValueError("partition_archive_corpus needs 'ingest_archives.partition'")
-    docs = raw.documents
     what = f"ingest_archives.sources {list(config.sources)}"
-    partition = dirichlet_label_partition(
-        docs["label"].tolist(), organisations, config.partition.alpha, config.partition.seed, what
-    )
-    assigned = partition.assignment >= 0
-    names = np.array(list(organisations), dtype=object)
-    docs = docs.assign(organisation=np.where(assigned, names[np.maximum(partition.assignment, 0)], None))
-    report = {key: value for key, value in partition.report.items() if key != "remainder_positions"}
-    report["remainder_source_lines"] = [int(x) for x in docs.loc[~assigned, "source_line"]]
-    return RawCorpus(docs.loc[assigned].reset_index(drop=True), raw.skipped), report
+    return partition_raw_corpus(raw, organisations, config.partition.alpha, config.partition.seed, what)

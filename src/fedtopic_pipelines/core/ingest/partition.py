@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtopic_pipelines.core.text.demo import CorpusError
+from fedtopic_pipelines.core.text.demo import CorpusError, RawCorpus
 
 logger = logging.getLogger(__name__)
 
@@ -201,3 +201,31 @@ def log_partition(report: dict[str, Any], what: str) -> None:
             more,
             report["label_entropy_nats"][org],
         )
+
+
+def partition_raw_corpus(
+    raw: RawCorpus, organisations: Sequence[str], alpha: float, seed: int, what: str
+) -> tuple[RawCorpus, dict[str, Any]]:
+    """The corpus with each document's organisation drawn by label skew (train and test documents
+    together), and the partition's report. ``what`` names the corpus in errors.
+
+    The documents left over (``N - K * (N // K)``) are removed from the corpus and reported
+    with their labels and source lines (``remainder_source_lines``): the caller counts them.
+    """
+    docs = raw.documents
+    partition = dirichlet_label_partition(docs["label"].tolist(), organisations, alpha, seed, what)
+    assigned = partition.assignment >= 0
+    names = np.array(list(organisations), dtype=object)
+    docs = docs.assign(organisation=np.where(assigned, names[np.maximum(partition.assignment, 0)], None))
+    report = {key: value for key, value in partition.report.items() if key != "remainder_positions"}
+    report["remainder_source_lines"] = [int(x) for x in docs.loc[~assigned, "source_line"]]
+    return RawCorpus(docs.loc[assigned].reset_index(drop=True), raw.skipped), report
+
+
+def report_partition(report: dict[str, Any], partition: dict[str, Any]) -> None:
+    """Add a partition to an ingestion report, in place: its leftover documents counted as read
+    and dropped (``partition_remainder``), never silently lost, and the partition itself."""
+    if partition["remainder"]:
+        report["dropped"]["partition_remainder"] = partition["remainder"]
+    report["documents_read"] += partition["remainder"]
+    report["partition"] = partition

@@ -361,9 +361,10 @@ def _require_columns(frame: pd.DataFrame, path: str, columns: Mapping[str, str |
 
 
 def _usable_rows(
-    table: SourceTable, lines: np.ndarray, text_column: str, organisation_column: str
+    table: SourceTable, lines: np.ndarray, text_column: str, organisation_column: str | None
 ) -> tuple[np.ndarray, list[SkippedRecord], int]:
-    """Which rows to keep: not empty, with an organisation, a text not seen before (the first copy kept).
+    """Which rows to keep: not empty, with an organisation (when a column holds them), a text not
+    seen before (the first copy kept).
 
     Returns the mask, the table's skipped records followed by the rows skipped here, and the duplicates.
     """
@@ -372,7 +373,8 @@ def _usable_rows(
     keep = np.ones(len(frame), dtype=bool)
     first_line: dict[str, int] = {}
     duplicates = 0
-    for position, (text, org) in enumerate(zip(frame[text_column], frame[organisation_column], strict=True)):
+    organisations = frame[organisation_column] if organisation_column else ["drawn"] * len(frame)
+    for position, (text, org) in enumerate(zip(frame[text_column], organisations, strict=True)):
         line = int(lines[position])
         if not isinstance(text, str) or not text.strip():
             skipped.append(SkippedRecord(path, line, f"empty or non-text {text_column!r}"))
@@ -392,13 +394,14 @@ def _usable_rows(
 def table_to_raw(
     table: SourceTable,
     text_column: str,
-    organisation_column: str,
+    organisation_column: str | None,
     label_column: str | None = None,
     split_column: str | None = None,
     test_fraction: float = 0.2,
     seed: int = 42,
 ) -> RawCorpus:
-    """Bring a user's table into the raw-corpus shape.
+    """Bring a user's table into the raw-corpus shape (``organisation_column`` None: the
+    organisations are drawn later, by label skew, and are empty here).
 
     Rows with an empty text or organisation are skipped and reported with their line; a
     text seen before (exactly, ignoring surrounding white space) is skipped as a duplicate
@@ -425,7 +428,7 @@ def table_to_raw(
             "text": frame[text_column].astype(str),
             # a missing label is "" (left out of classification), not the class "nan"
             "label": frame[label_column].fillna("").astype(str) if label_column else "",
-            "organisation": frame[organisation_column].astype(str),
+            "organisation": frame[organisation_column].astype(str) if organisation_column else "",
             "source_line": lines[keep],
         }
     )

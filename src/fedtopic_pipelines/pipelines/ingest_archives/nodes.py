@@ -7,6 +7,7 @@ from typing import Any
 
 from fedtopic_pipelines.core.config import IngestArchivesConfig, from_mapping
 from fedtopic_pipelines.core.ingest.archives import archive_corpus, partition_archive_corpus
+from fedtopic_pipelines.core.ingest.partition import report_partition
 from fedtopic_pipelines.core.text.corpus import partition_corpus
 from fedtopic_pipelines.pipelines.naming import ingestion_result
 
@@ -27,10 +28,7 @@ def read_archives(folder: Path, organisations: list[str], params: dict[str, Any]
         report["dropped"]["over_source_max_documents"] = capped
     report["documents_read"] += capped
     if partition is not None:
-        if partition["remainder"]:
-            report["dropped"]["partition_remainder"] = partition["remainder"]
-        report["documents_read"] += partition["remainder"]
-        report["partition"] = partition
+        report_partition(report, partition)
     report["corpus"] = "archives"
     report["sources"] = sources
     return ingestion_result({org: tables[org] for org in organisations}, report)
