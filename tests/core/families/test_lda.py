@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 import scipy.sparse as sp
 import torch
@@ -21,12 +20,10 @@ from gensim.models import LdaModel
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.families import get_family
 from fedtopic_pipelines.core.federated.aggregation import UpdateRejected
-from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
-from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.metrics.perplexity import completion_perplexity
 from fedtopic_pipelines.core.models.lda import as_corpus
-from fedtopic_pipelines.core.site import MemoryEndpoint
+from tests.core.families import federate
 
 CPU = torch.device("cpu")
 VOCAB, TOPICS = 60, 4
@@ -61,16 +58,6 @@ def _data() -> dict[str, sp.csr_matrix]:
         theta = rng.dirichlet(lean * 0.5, n)
         out[org] = sp.csr_matrix(np.stack([rng.multinomial(30, p @ topics) for p in theta]).astype(np.float32))
     return out
-
-
-def _vocabulary(data: dict[str, sp.csr_matrix]) -> pd.DataFrame:
-    counts = np.asarray(sum(m.sum(axis=0) for m in data.values())).ravel()
-    return pd.DataFrame({"term": [f"w{j}" for j in range(VOCAB)], "frequency": counts})
-
-
-def _federate(config: TrainConfig, data: dict[str, sp.csr_matrix]):
-    engine = InProcessEngine([MemoryEndpoint(org, m) for org, m in data.items()])
-    return run_federation(engine, list(data), config, vocabulary=_vocabulary(data), progress=False)
 
 
 def _gensim(data: dict[str, sp.csr_matrix], passes: int) -> LdaModel:
@@ -127,7 +114,7 @@ def test_the_federation_matches_gensim_batch_lda_on_the_pooled_documents() -> No
     weights are gensim's. (Measured: 1.7e-3 against a spread of 4.3e-3 at 15 passes.)"""
     config = _config()
     data = _data()
-    result = _federate(config, data)
+    result = federate(config, data)
     ours = result.model.to_model().topic_word().double().numpy()
     theirs = _gensim(data, passes=15).get_topics().astype(np.float64)
     spread = max(np.abs(_gensim_other_draws(data, 15, d).get_topics() - theirs).max() for d in (99, 100))
@@ -151,7 +138,7 @@ def test_the_topics_recover_the_generating_ones_and_predict_held_out_words() -> 
     most probable 15, and completion perplexity on new documents beats the unigram's."""
     config = _config()
     data = _data()
-    trained = _federate(config, data).model.to_model()
+    trained = federate(config, data).model.to_model()
     beta = trained.topic_word().numpy()
     learned = [set(np.argsort(-row)[:15]) for row in beta]
     for t in range(TOPICS):
@@ -165,7 +152,7 @@ def test_the_topics_recover_the_generating_ones_and_predict_held_out_words() -> 
 
 
 def test_doc_topic_is_deterministic_and_reads_every_input_layout() -> None:
-    trained = _federate(_config(max_steps=3), _data()).model.to_model()
+    trained = federate(_config(max_steps=3), _data()).model.to_model()
     docs = _data()["a"][:5]
     theta = trained.doc_topic(docs)
     assert torch.allclose(theta.sum(dim=1), torch.ones(5))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 import scipy.sparse as sp
 import torch
@@ -19,12 +18,10 @@ from sklearn.decomposition import NMF
 
 from fedtopic_pipelines.core.config import TrainConfig
 from fedtopic_pipelines.core.families import get_family
-from fedtopic_pipelines.core.federated.engine import InProcessEngine
 from fedtopic_pipelines.core.federated.messages import Update, UpdateKind
-from fedtopic_pipelines.core.federation import run_federation
 from fedtopic_pipelines.core.models.nmf_exact import cd_sweep, cd_sweep_numpy, solve_weights
 from fedtopic_pipelines.core.seeds import derive_seed
-from fedtopic_pipelines.core.site import MemoryEndpoint
+from tests.core.families import federate, vocabulary_of
 
 CPU = torch.device("cpu")
 VOCAB = 80
@@ -53,21 +50,11 @@ def _data() -> dict[str, sp.csr_matrix]:
     return out
 
 
-def _vocabulary(data: dict[str, sp.csr_matrix]) -> pd.DataFrame:
-    counts = np.asarray(sum(m.sum(axis=0) for m in data.values())).ravel()
-    return pd.DataFrame({"term": [f"w{j}" for j in range(VOCAB)], "frequency": counts})
-
-
-def _federate(config: TrainConfig, data: dict[str, sp.csr_matrix]):
-    engine = InProcessEngine([MemoryEndpoint(org, m) for org, m in data.items()])
-    return run_federation(engine, list(data), config, vocabulary=_vocabulary(data), progress=False)
-
-
 def _initial(config: TrainConfig, data: dict[str, sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray]:
     """The federation's initial W (each organisation's draw, in order) and H (the server's)."""
     family = get_family("nmf_exact")
     server = family.create_model(VOCAB, config, CPU)
-    family.prepare_server_model(server, _vocabulary(data), {o: m.shape[0] for o, m in data.items()}, config)
+    family.prepare_server_model(server, vocabulary_of(data), {o: m.shape[0] for o, m in data.items()}, config)
     ws = []
     for stream, matrix in enumerate(data.values()):
         model = family.create_model(VOCAB, config, CPU)
@@ -84,7 +71,7 @@ def _initial(config: TrainConfig, data: dict[str, sp.csr_matrix]) -> tuple[np.nd
 def test_the_federation_equals_scikit_learn_cd_on_the_pooled_documents(model) -> None:
     config = _config(**model)
     data = _data()
-    result = _federate(config, data)
+    result = federate(config, data)
     w0, h0 = _initial(config, data)
     pooled = sp.vstack(list(data.values())).tocsr().astype(np.float64)
     reference = NMF(

@@ -91,11 +91,7 @@ class LDAFamily(BagOfWordsData):
 
     def validate_data(self, name: str, data: sp.spmatrix, config: TrainConfig | None = None) -> None:
         """An organisation needs a document, and counts LDA can read (finite, >= 0)."""
-        if data.shape[0] < 1:
-            raise ValueError(f"organisation '{name}' has no training document with words of the common vocabulary")
-        values = data.data if sp.issparse(data) else np.asarray(data)
-        if values.size and (not np.isfinite(values).all() or float(values.min()) < 0):
-            raise ValueError(f"organisation '{name}' has negative or non-finite counts: LDA reads word counts")
+        self.check_counts(name, data, "LDA reads word counts")
 
 
 def _e_step(update: Update) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import torch
@@ -125,11 +124,7 @@ class ExactNMFFamily(BagOfWordsData):
 
     def validate_data(self, name: str, data: sp.spmatrix, config: TrainConfig | None = None) -> None:
         """An organisation needs a document, and counts that NMF can factorise (finite, >= 0)."""
-        if data.shape[0] < 1:
-            raise ValueError(f"organisation '{name}' has no training document with words of the common vocabulary")
-        values = data.data if sp.issparse(data) else np.asarray(data)
-        if values.size and (not np.isfinite(values).all() or float(values.min()) < 0):
-            raise ValueError(f"organisation '{name}' has negative or non-finite counts: NMF factorises X >= 0")
+        self.check_counts(name, data, "NMF factorises X >= 0")
 
 
 def _sweep_statistics(update: Update) -> None:

@@ -46,6 +46,16 @@ class BagOfWordsData(Declared):
     def concatenate(self, parts: Sequence[sp.csr_matrix]) -> sp.csr_matrix:
         return sp.vstack(list(parts)).tocsr()
 
+    @staticmethod
+    def check_counts(name: str, data: sp.spmatrix, needs: str) -> None:
+        """Refuse an organisation with no document, or with counts that are negative or not
+        finite (``needs``: why the family needs counts, for the message)."""
+        if data.shape[0] < 1:
+            raise ValueError(f"organisation '{name}' has no training document with words of the common vocabulary")
+        values = data.data if sp.issparse(data) else np.asarray(data)
+        if values.size and (not np.isfinite(values).all() or float(values.min()) < 0):
+            raise ValueError(f"organisation '{name}' has negative or non-finite counts: {needs}")
+
 
 class ProdLDAFamily(BagOfWordsData):
     """The first registered family (``train.model.family: prodlda``)."""
