@@ -150,6 +150,7 @@ def test_full_chain_in_memory(tiny_raw_tables, tmp_path) -> None:
     assert tokens["outside_vocabulary"] == tokens["total"] - tokens["in_vocabulary"]
     assert tokens["of_proposed_terms_left_out"] == 0  # no floor: the union keeps every proposed term
     assert out["consensus_report"]["vocabulary_size"] == len(vocab)
+    assert out["consensus_metrics_mlflow"]["vocabulary_size"] == [{"step": 0, "value": float(len(vocab))}]
     assert out["consensus_report"]["removed_by_floors"]["total"]["terms"] == 0
     models = out["trained_models"]
     assert set(models) == {"federated", "centralized", "local__alpha", "local__beta", "local__gamma"}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from typing import Any
 
 import matplotlib
@@ -26,6 +25,7 @@ from fedtopic_pipelines.core.model_store import TrainedModel
 from fedtopic_pipelines.core.text.word_vectors import load_word_vectors
 from fedtopic_pipelines.core.training import train_scenarios
 from fedtopic_pipelines.pipelines.evaluate.nodes import model_topics
+from fedtopic_pipelines.pipelines.reports import metric_series
 from fedtopic_pipelines.pipelines.train.nodes import training_matrices
 
 logger = logging.getLogger(__name__)
@@ -100,21 +100,8 @@ def compare_topics(
             entry["best_other_node"],
             ", ".join(f"{n} {entry[n]:.3f}" for n in federated),
         )
-    return result, figure(values, scores, organisations), mlflow_metrics(result)
-
-
-def mlflow_metrics(result: dict[str, Any]) -> dict[str, list[dict[str, float]]]:
-    """Every finite number of the AMWMD report as an MLflow metric (one step each)."""
-    numbers: dict[str, Any] = {
-        **{f"amwmd.{org}.{model}": v for org, row in result["amwmd"].items() for model, v in row.items()},
-        **{f"best_other_node.{org}": entry["best_other_node"] for org, entry in result["claim"].items()},
-        **{f"pooled.{model}.{m}": v for model, scores in result["pooled"].items() for m, v in scores.items()},
-    }
-    return {
-        key: [{"step": 0, "value": float(value)}]
-        for key, value in numbers.items()
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
-    }
+    numbers = {"amwmd": result["amwmd"], "best_other_node": {org: c["best_other_node"] for org, c in claim.items()}}
+    return result, figure(values, scores, organisations), metric_series({**numbers, "pooled": scores})
 
 
 def figure(values: pd.DataFrame, scores: dict[str, dict[str, Any]], organisations: list[str]) -> plt.Figure:

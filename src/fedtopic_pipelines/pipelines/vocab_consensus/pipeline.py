@@ -3,6 +3,7 @@
 from kedro.pipeline import Node, Pipeline
 
 from fedtopic_pipelines.pipelines.naming import inside_each, private_of_each, sent_by_each
+from fedtopic_pipelines.pipelines.reports import metric_series
 from fedtopic_pipelines.pipelines.vocab_consensus.nodes import (
     merge_vocabulary,
     propose_vocabulary,
@@ -48,6 +49,7 @@ def create_pipeline(organisations: list[str]) -> Pipeline:
                 outputs="consensus_report",
                 name="score_vocabulary_attack",
             ),
+            Node(metric_series, "consensus_report", "consensus_metrics_mlflow", name="log_consensus_metrics"),
         ]
     )
     sites = inside_each(
