@@ -85,6 +85,16 @@ def test_bench_nmf_exact_smoke(tmp_path: Path) -> None:
     assert ours == pytest.approx(theirs)
 
 
+def test_bench_lda_smoke(tmp_path: Path) -> None:
+    """LDA through the engine beside gensim's batch LdaModel: topics, perplexity and seconds of each."""
+    out = run_bench("bench_lda.py", "--smoke", "--json", str(tmp_path / "lda.json"))
+    assert "held-out completion perplexity" in out and "ratio (median of pairs)" in out
+    figures = json.loads((tmp_path / "lda.json").read_text())
+    assert set(figures["perplexity"]) == {"federated", "one_organisation", "gensim"}
+    assert all(1 < p < figures["shape"][1] for p in figures["perplexity"].values())  # better than uniform
+    assert 0 < figures["distance"]["federated"] < 0.1 and figures["spread"] > 0
+
+
 def test_bench_pctd_smoke() -> None:
     out = run_bench("bench_pctd.py", "--smoke")
     assert "| gensim LdaModel, 1 pass |" in out and "(projected) |" in out and "(per entry) |" in out
