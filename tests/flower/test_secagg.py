@@ -25,7 +25,7 @@ from fedtopic_pipelines.flower import engine as engine_module
 from fedtopic_pipelines.flower import secagg
 from fedtopic_pipelines.flower.client_app import app as client_app
 from fedtopic_pipelines.flower.federation import run_flower_federation
-from fedtopic_pipelines.flower.secagg import SECURE_AGGREGATE, SecAggSettings, quantisation_bound
+from fedtopic_pipelines.flower.secagg import SECURE_AGGREGATE, SecAggSettings, floor_variances, quantisation_bound
 from tests.flower.local_grid import LocalGrid
 from tests.flower.test_federation import TRAIN, job, node_configs, write_sites
 
@@ -210,3 +210,16 @@ def test_with_dp_noise_at_the_clients_the_secure_mean_is_unweighted(tiny_raw_tab
     q = quantisation_bound(SETTINGS, 3, 3, "unweighted")  # weights 1 each: k (2 c / Q) max_weight / k
     worst = max(float((secure.model.state[k] - plain.model.state[k]).abs().max()) for k in plain.model.state)
     assert 0 < worst <= 2 * rounds * lr * q, (worst, q)
+
+
+def test_a_variance_that_rounding_pushed_to_zero_or_below_is_raised_to_the_bound_and_no_other_value_moves() -> None:
+    """A near-zero BatchNorm variance read back at or below 0 would fail the server's check and void
+    the round; within the quantisation bound it is rounding, and the bound is as close as the sum tells."""
+    q = 1e-4
+    statistics = {
+        "encoder_bn.var": torch.tensor([-0.5 * q, 0.0, 0.2, -3 * q], dtype=torch.float64),
+        "encoder_bn.mean": torch.tensor([-0.5 * q, -1.0], dtype=torch.float64),
+    }
+    assert floor_variances(statistics, q) == 2
+    assert statistics["encoder_bn.var"].tolist() == [q, q, 0.2, -3 * q]  # -3q is no rounding: the check rejects it
+    assert statistics["encoder_bn.mean"].tolist() == [-0.5 * q, -1.0]

@@ -73,6 +73,7 @@ from flwr.serverapp import Grid
 
 from fedtopic_pipelines.core.federated.engine import FederationError
 from fedtopic_pipelines.core.federated.messages import SECURE_AGGREGATE, Instruction, Replies, Update, UpdateKind
+from fedtopic_pipelines.core.federated.strategies import is_variance
 from fedtopic_pipelines.core.privacy.defences import DP_LEVEL_KEY, NOISE_KEYS
 from fedtopic_pipelines.flower.records import (
     ARRAYS,
@@ -366,6 +367,21 @@ def _shared_meta(metas: Mapping[str, dict[str, Any]], kind: str, reduce: str) ->
     return shared
 
 
+def floor_variances(statistics: dict[str, torch.Tensor], bound: float) -> int:
+    """Securely aggregated variances at or below 0 but within ``bound`` of it, raised to ``bound``,
+    in place; how many. Every organisation's variance is > 0, so their mean is too, and the sum
+    read back is off by at most the quantisation bound: a value in [-bound, 0] is a small variance
+    that rounding pushed below zero, and ``bound`` is within the same error of the true mean. A
+    value below -bound is no rounding error and stays, for the server's check to reject."""
+    raised = 0
+    for name, value in statistics.items():
+        if is_variance(name):
+            low = (value <= 0) & (value >= -bound)
+            raised += int(low.sum())
+            value[low] = bound
+    return raised
+
+
 def _unflatten(vector: np.ndarray, meta: dict[str, Any], count: int, total: int, reduce: str):
     """The aggregate vector as tensors, statistics and metrics, plus the share of clipped values."""
     layout = meta["layout"]
@@ -475,6 +491,11 @@ def secure_round(
             instruction.round,
             100 * clipped,
             settings.clipping_range,
+        )
+    raised = floor_variances(statistics, bound)
+    if raised:
+        logger.debug(
+            "secure round %d: %d variances within the quantisation bound of 0 raised to it", instruction.round, raised
         )
     aggregate = Update(
         SECURE_AGGREGATE, update_kind, tensors, total, statistics=statistics, metrics=metrics, round=instruction.round

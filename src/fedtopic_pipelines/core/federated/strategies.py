@@ -86,6 +86,11 @@ def make_optimizer(params, config: OptimizerConfig, sparse: bool = False) -> tor
     return torch.optim.SGD(params, lr=config.lr)
 
 
+def is_variance(name: str) -> bool:
+    """Whether batch statistic ``name`` is a variance (``<layer>.var``), which must be > 0."""
+    return name.endswith(".var")
+
+
 class BatchStatistics:
     """Batch statistics that clients send beside their gradients (BatchNorm means and variances).
 
@@ -108,7 +113,7 @@ class BatchStatistics:
 
     def check(self, update: Update) -> None:
         for name, value in update.statistics.items():
-            if name.endswith(".var"):
+            if is_variance(name):
                 if bool((value <= 0).any()):
                     raise UpdateRejected(update.client_id, f"statistic '{name}' has a variance <= 0")
                 if bool((value > self.VARIANCE_LIMIT).any()):
