@@ -14,6 +14,8 @@ parameter, file or stage and what to do; a traceback of Kedro's and the hooks' f
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import click
@@ -44,9 +46,21 @@ def cli() -> None:
     """Commands of the fedtopic_pipelines project."""
 
 
+PIPED_COLUMNS = "200"
+
+
+def widen_piped_logs(environ: MutableMapping[str, str], terminal: bool) -> None:
+    """A log piped to a file or another program is as wide as ``COLUMNS``, else 200 columns:
+    Rich falls back to 80 without a terminal and wraps every line (a node's name, a timing) in
+    two. Rich reads ``COLUMNS`` each time it measures, so setting it before the run suffices."""
+    if not terminal and "COLUMNS" not in environ:
+        environ["COLUMNS"] = PIPED_COLUMNS
+
+
 def _run(**kwargs: Any) -> Any:
     if kwargs.get("env"):
         os.environ["KEDRO_ENV"] = kwargs["env"]
+    widen_piped_logs(os.environ, any(s.isatty() for s in (sys.stdin, sys.stdout, sys.stderr)))
     try:
         return kedro_run.callback(**kwargs)
     except Exception as exc:
