@@ -125,6 +125,7 @@ def test_an_undefined_macro_f1_says_why_exactly_when_the_svm_gives_none() -> Non
         reason = svm_undefined(labels, 0.2)
         assert (reason is None) == (svm_macro_f1(features, labels, 0.2, 1.0, seed=0) is not None), name
     assert svm_undefined(cases["one class"], 0.2).startswith("1 class with two or more labelled held-out documents")
+    assert svm_undefined(cases["unlabelled"], 0.2).startswith("no held-out document has a label")
     assert (
         svm_undefined(cases["too few"], 0.2)
         == "6 labelled held-out documents are too few for a stratified split of 3 classes"

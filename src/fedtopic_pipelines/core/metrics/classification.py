@@ -28,6 +28,8 @@ def svm_undefined(labels: np.ndarray, test_size: float) -> str | None:
     counts = Counter(labels[labels != ""].tolist())
     kept = {y: n for y, n in counts.items() if n >= 2}
     n, n_classes = sum(kept.values()), len(kept)
+    if not counts:
+        return "no held-out document has a label (the corpus gives none: ingest_table.label_column, for a table)"
     if n_classes < 2:
         return (
             f"{n_classes} class with two or more labelled held-out documents (an SVM needs two; "
