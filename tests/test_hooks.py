@@ -347,7 +347,7 @@ def test_a_run_ends_with_its_seconds_by_stage_slowest_first_failed_stages_named(
 def test_a_run_removes_the_reports_it_rewrites_before_its_first_node(tmp_path: Path, caplog) -> None:
     """So that a run failing midway leaves its reports missing, not an earlier run's looking
     current. Left alone: an input, a model file, a partitioned report (a sweep may write only
-    some partitions), a report of another pipeline."""
+    some partitions, unless each save empties its folder), a report of another pipeline."""
     from kedro.io import DataCatalog
     from kedro.pipeline import node, pipeline
 
@@ -357,6 +357,12 @@ def test_a_run_removes_the_reports_it_rewrites_before_its_first_node(tmp_path: P
         "figure": {"type": "text.TextDataset", "filepath": str(reports / "sub/figure.txt")},
         "model": {"type": "json.JSONDataset", "filepath": str(tmp_path / "data/06_models/model.json")},
         "rows": {"type": "partitions.PartitionedDataset", "path": str(reports / "rows"), "dataset": "json.JSONDataset"},
+        "headline": {
+            "type": "partitions.PartitionedDataset",
+            "path": str(reports / "headline"),
+            "dataset": "json.JSONDataset",
+            "overwrite": True,
+        },
         "other": {"type": "json.JSONDataset", "filepath": str(reports / "other.json")},
         "source": {"type": "json.JSONDataset", "filepath": str(reports / "source.json")},
     }
@@ -367,15 +373,21 @@ def test_a_run_removes_the_reports_it_rewrites_before_its_first_node(tmp_path: P
     catalog = DataCatalog.from_config(entries)
     run = pipeline(
         [
-            node(lambda s: ({}, "", {}, {"a": {}}), "source", ["metrics", "figure", "model", "rows"], name="n"),
+            node(
+                lambda s: ({}, "", {}, {"a": {}}, {"a": {}}),
+                "source",
+                ["metrics", "figure", "model", "rows", "headline"],
+                name="n",
+            ),
             node(lambda m: m, "metrics", "in_memory", name="m"),
         ]
     )
     with caplog.at_level("INFO", logger="fedtopic_pipelines.hooks"):
         StaleReportsHook().before_pipeline_run({}, run, catalog)
     assert not (reports / "metrics.json").exists() and not (reports / "sub/figure.txt").exists()
+    assert not (reports / "headline/a.json").exists()  # its save empties the folder first anyway
     assert (tmp_path / "data/06_models/model.json").exists()
     assert (
         (reports / "rows/a.json").exists() and (reports / "other.json").exists() and (reports / "source.json").exists()
     )
-    assert "2 reports of an earlier run removed" in caplog.text
+    assert "3 reports of an earlier run removed" in caplog.text

@@ -269,26 +269,32 @@ REPORTS = "08_reporting"
 
 
 def report_files(pipeline: Pipeline, catalog: Any) -> list[Path]:
-    """The existing local files of the reports ``pipeline`` writes: its outputs saved as one file
-    under a ``08_reporting`` folder. A partitioned report (a folder of partitions) is left out,
-    since a run may write only some of its partitions (a sweep's), and so is a versioned one."""
+    """The existing local files of the reports ``pipeline`` writes: its outputs under a
+    ``08_reporting`` folder saved as one file, or as a folder of partitions that each save empties
+    first (``overwrite: true``). A partitioned report without it is left out, since a run may
+    write only some of its partitions (a sweep's), and so is a versioned one."""
     found = []
     for name in sorted(pipeline.all_outputs()):
         dataset = catalog.get(name)  # None: an output the catalog does not hold (kept in memory)
-        path = dataset._describe().get("filepath") if dataset is not None else None
-        if path is None or getattr(dataset, "_version", None) is not None:
+        if dataset is None or getattr(dataset, "_version", None) is not None:
             continue
-        file = Path(str(path))
-        if REPORTS in file.parts and file.is_file():
-            found.append(file)
+        described = dataset._describe()
+        if described.get("filepath") is not None:
+            files = [Path(str(described["filepath"]))]
+        elif described.get("path") is not None and getattr(dataset, "_overwrite", False):
+            files = sorted(p for p in Path(str(described["path"])).rglob("*") if p.is_file())
+        else:
+            continue
+        found.extend(f for f in files if REPORTS in f.parts and f.is_file())
     return found
 
 
 class StaleReportsHook:
     """A failed run must not leave an earlier run's reports looking current (``dvc metrics show``,
     a figure in 08_reporting): before the first node, the reports this run rewrites are removed,
-    as ``dvc repro`` removes a stage's outputs before its command. A run that ends writes them
-    all again; one that fails leaves them missing, not stale. Runs after the lock and the
+    as ``dvc repro`` removes a stage's outputs before its command (a partitioned report's files
+    only where each save empties its folder anyway). A run that ends writes them all again; one
+    that fails leaves them missing, not stale. Runs after the lock and the
     parameter checks, so a refused run removes nothing."""
 
     @hook_impl(trylast=True)
