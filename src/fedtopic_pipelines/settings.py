@@ -33,7 +33,7 @@ def data_root(env: str | None) -> str:
     """Where a run of ``env`` writes when no globals.yml sets ``data_root``: the default
     environment into data/, any other into data/<env>/, so that trying two corpora never
     overwrites the first one's vocabulary, models or reports (docs/data.md)."""
-    return "data" if env is None or env in SHARED_ROOT_ENVS else f"data/{env}"
+    return "data" if not env or env in SHARED_ROOT_ENVS else f"data/{env}"
 
 
 class ProjectConfigLoader(OmegaConfigLoader):
@@ -42,7 +42,8 @@ class ProjectConfigLoader(OmegaConfigLoader):
 
     def __init__(self, conf_source: str, env: str | None = None, **kwargs) -> None:
         super().__init__(conf_source, env=env, **kwargs)
-        self["globals"] = {"data_root": data_root(self.env or kwargs.get("default_run_env")), **self._globals}
+        run_env = self.env or self.default_run_env  # the environment Kedro reads, as it decides it
+        self["globals"] = {"data_root": data_root(run_env), **self._globals}
 
     def __getitem__(self, key: str) -> Any:
         # OmegaConf's ``globals`` resolver is process-wide and each loader registers its own on
